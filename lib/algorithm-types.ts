@@ -1,0 +1,33 @@
+/**
+ * The contract every algorithm honours, in Lua (`scripts/<name>.lua`) and in
+ * TypeScript (`memory-algorithms.ts`). Both sides must give identical
+ * decisions for identical inputs: the memory store is the reference model the
+ * property tests hold the Lua scripts to.
+ */
+
+export const ALGORITHMS = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'] as const
+export type AlgorithmName = typeof ALGORITHMS[number]
+
+/** Upper bounds that keep every intermediate value an exact integer below 2^53. */
+export const MAX_LIMIT = 100_000_000
+export const MAX_SLIDING_LOG_LIMIT = 10_000
+export const MIN_WINDOW_MS = 1
+export const MAX_WINDOW_MS = 86_400_000
+
+/** The numbers a script needs for one block; `burst` equals `limit` where it has no meaning. */
+export interface BlockParams {
+  limit: number
+  windowMs: number
+  burst: number
+}
+
+/** What one algorithm answers for one request. All values are integers. */
+export interface RawDecision {
+  allowed: boolean
+  /** Units still available after this request (admitted), or available now (rejected). */
+  remaining: number
+  /** Milliseconds until the quota is fully restored (0 when it already is). */
+  resetMs: number
+  /** 0 when admitted; otherwise the earliest ms from now at which the same request could be admitted. */
+  retryAfterMs: number
+}

@@ -1,0 +1,144 @@
+import type { FastifyRequest } from 'fastify'
+import { canonicalIp } from './ip.js'
+import { boundIdentity, hashValue } from './keys.js'
+
+/*
+ * An identity is a list of parts, each rendered as `<label>=<value>`, or as
+ * `<label>~<ip>` when the part is missing and falls back to the client IP.
+ * Labels are fixed per route, so the rendering is one-to-one; the fallback
+ * never pools unrelated callers (it is per IP) and never errors.
+ */
+
+export type IdentityFunction = (request: FastifyRequest) => string | undefined
+export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction
+
+/** What every part may log about itself: its kind, never its value. */
+export type IdentityKind = 'ip' | 'user' | 'api-key' | 'header' | 'param' | 'body' | 'custom'
+
+export interface IdentityContext {
+  user?: IdentityFunction | undefined
+  apiKey?: IdentityFunction | undefined
+  ipv6Subnet: number
+  /** Called when a user-supplied identity function throws; the part then falls back to the IP. */
+  onPartError: (kind: IdentityKind, error: unknown, route: string) => void
+}
+
+interface CompiledPart {
+  label: string
+  kind: IdentityKind
+  /** Returns the raw value, or undefined when the request does not carry it. */
+  read: (request: FastifyRequest) => unknown
+}
+
+export interface CompiledIdentity {
+  /** Renders the identity for one request: bounded, hashed where it must be. */
+  resolve: (request: FastifyRequest) => string
+  kinds: IdentityKind[]
+  needsBody: boolean
+  usesParams: boolean
+}
+
+/** The client address: Fastify's request.ip (trustProxy decides), else the socket's, canonical. */
+export function clientIp (request: FastifyRequest, ipv6Subnet: number): string {
+  return canonicalIp(request.ip, ipv6Subnet) ??
+    canonicalIp(request.socket?.remoteAddress, ipv6Subnet) ??
+    'unknown'
+}
+
+function textValue (value: unknown): string | undefined {
+  if (typeof value === 'string') return value.length > 0 ? value : undefined
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value)
+  if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) return value.join(',')
+  return undefined
+}
+
+function readField (container: unknown, field: string): unknown {
+  if (container === null || typeof container !== 'object') return undefined
+  return Object.hasOwn(container, field) ? (container as Record<string, unknown>)[field] : undefined
+}
+
+/**
+ * Compiles one `by` spec. Returns an error message for an unknown or unusable
+ * part, so the caller can raise a coded error naming the route and field.
+ */
+export function compilePart (spec: IdentityPartSpec, index: number, context: IdentityContext): CompiledPart | string {
+  if (typeof spec === 'function') return { label: `f${index}`, kind: 'custom', read: spec }
+  if (typeof spec !== 'string') return `has an identity part that is neither a string nor a function (${typeof spec})`
+  if (spec === 'ip') return { label: 'ip', kind: 'ip', read: () => undefined }
+  if (spec === 'user') {
+    const user = context.user
+    if (user === undefined) return "uses 'user', which needs the plugin option `user: (request) => string | undefined`"
+    return { label: 'u', kind: 'user', read: user }
+  }
+  if (spec === 'api-key') {
+    const apiKey = context.apiKey
+    if (apiKey === undefined) return "uses 'api-key', which needs the plugin option `apiKey: (request) => string | undefined`"
+    return { label: 'k', kind: 'api-key', read: apiKey }
+  }
+  const colon = spec.indexOf(':')
+  const kind = colon === -1 ? spec : spec.slice(0, colon)
+  const name = colon === -1 ? '' : spec.slice(colon + 1)
+  if (name === '' && (kind === 'header' || kind === 'param' || kind === 'body')) return `needs a name after '${kind}:' (got ${JSON.stringify(spec)})`
+  switch (kind) {
+    case 'header': {
+      const header = name.toLowerCase()
+      return { label: `h${index}`, kind: 'header', read: (request) => request.headers[header] }
+    }
+    case 'param':
+      return { label: `p${index}`, kind: 'param', read: (request) => readField(request.params, name) }
+    case 'body':
+      return { label: `b${index}`, kind: 'body', read: (request) => readField(request.body, name) }
+    default:
+      return `has an unknown identity part ${JSON.stringify(spec)} (use 'ip', 'user', 'api-key', 'header:<name>', 'param:<name>', 'body:<field>' or a function)`
+  }
+}
+
+/** The default identity: the user when `user(request)` gives one, else the IP. */
+function defaultParts (context: IdentityContext): CompiledPart[] {
+  if (context.user === undefined) return [{ label: 'ip', kind: 'ip', read: () => undefined }]
+  return [{ label: 'u', kind: 'user', read: context.user }]
+}
+
+export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | undefined, context: IdentityContext, route: string): CompiledIdentity | string {
+  let parts: CompiledPart[]
+  if (by === undefined) {
+    parts = defaultParts(context)
+  } else {
+    const specs = Array.isArray(by) ? by : [by]
+    if (specs.length === 0) return 'must name at least one identity part'
+    parts = []
+    for (let index = 0; index < specs.length; index++) {
+      const part = compilePart(specs[index] as IdentityPartSpec, index, context)
+      if (typeof part === 'string') return part
+      parts.push(part)
+    }
+  }
+  const { ipv6Subnet, onPartError } = context
+  const renderPart = (part: CompiledPart, request: FastifyRequest): string => {
+    if (part.kind === 'ip') return 'ip=' + clientIp(request, ipv6Subnet)
+    let value: string | undefined
+    try {
+      value = textValue(part.read(request))
+    } catch (error) {
+      onPartError(part.kind, error, route)
+    }
+    // A missing part falls back to the client's own IP: never a shared bucket.
+    return value === undefined
+      ? part.label + '~' + clientIp(request, ipv6Subnet)
+      : part.label + '=' + hashValue(value)
+  }
+  const single = parts.length === 1 ? parts[0] as CompiledPart : undefined
+  const resolve = single !== undefined
+    ? (request: FastifyRequest) => boundIdentity(renderPart(single, request))
+    : (request: FastifyRequest) => {
+        let identity = renderPart(parts[0] as CompiledPart, request)
+        for (let index = 1; index < parts.length; index++) identity += ',' + renderPart(parts[index] as CompiledPart, request)
+        return boundIdentity(identity)
+      }
+  return {
+    resolve,
+    kinds: parts.map((part) => part.kind),
+    needsBody: parts.some((part) => part.kind === 'body'),
+    usesParams: parts.some((part) => part.kind === 'param')
+  }
+}

@@ -1,0 +1,44 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { CompiledPolicy } from './policy.js'
+
+/*
+ * RFC 9457 problem details for the two refusals. No Redis error text and no
+ * identity value ever reaches a client: bodies are built from the policy and
+ * the request path only (the route template when the identity is a path param).
+ */
+
+const PROBLEM_TYPE = 'application/problem+json'
+export const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
+export const TEMPORARY_REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity'
+
+/** Retry-After for a 503: the limiter usually recovers within a second or two. */
+export const UNAVAILABLE_RETRY_SECONDS = 1
+
+function instanceOf (request: FastifyRequest, policy: CompiledPolicy): string {
+  if (!policy.echoPath) return request.routeOptions.url ?? '/'
+  const query = request.url.indexOf('?')
+  return query === -1 ? request.url : request.url.slice(0, query)
+}
+
+export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retrySeconds: number): FastifyReply {
+  reply.code(429).header('retry-after', retrySeconds).type(PROBLEM_TYPE)
+  return reply.send(JSON.stringify({
+    type: QUOTA_EXCEEDED,
+    title: 'Too Many Requests',
+    status: 429,
+    detail: `Rate limit exceeded; retry in ${retrySeconds} second${retrySeconds === 1 ? '' : 's'}.`,
+    instance: instanceOf(request, policy),
+    'violated-policies': [policy.name]
+  }))
+}
+
+export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy): FastifyReply {
+  reply.code(503).header('retry-after', UNAVAILABLE_RETRY_SECONDS).type(PROBLEM_TYPE)
+  return reply.send(JSON.stringify({
+    type: TEMPORARY_REDUCED_CAPACITY,
+    title: 'Service Unavailable',
+    status: 503,
+    detail: 'The rate limiter is temporarily unavailable; retry shortly.',
+    instance: instanceOf(request, policy)
+  }))
+}

@@ -97,6 +97,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
     const unseen = unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen)
     if (unseen.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(unseen.join(', '))
+    await store.warmUp()
   })
 
   fastify.addHook('onClose', async () => { store.close() })

@@ -52,6 +52,8 @@ export class MemoryStore implements Store {
     return this.#entries.size
   }
 
+  async warmUp (): Promise<void> {}
+
   close (): void {
     clearInterval(this.#sweeper)
     this.#entries.clear()

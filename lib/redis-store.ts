@@ -15,6 +15,9 @@ import type { Store } from './store.js'
 
 type Client = Redis | Cluster
 
+/** How long ready() waits for a connecting client; a down Redis must not stall startup. */
+const WARM_UP_MS = 500
+
 function isNoScript (error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT')
 }
@@ -71,6 +74,28 @@ export class RedisStore implements Store {
         if (!isNoScript(error) || timedOut) return fail(error)
         client.eval(script.source, 1, key, limit, windowMs, burst, cost, now).then(settle, fail)
       })
+    })
+  }
+
+  /**
+   * Lets a client that is still connecting finish, for at most `maxWaitMs`,
+   * so the first requests after ready() are enforced. A lazyConnect client is
+   * asked to connect: the store never sends to a client that is not ready, so
+   * it would otherwise never connect. Redis being absent does not fail ready():
+   * requests then follow onRedisError until the client connects by itself.
+   */
+  async warmUp (maxWaitMs = WARM_UP_MS): Promise<void> {
+    const client = this.#client
+    if (client.status === 'wait') client.connect().catch(() => {})
+    if (client.status === 'ready') return
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer)
+        client.off('ready', done)
+        resolve()
+      }
+      const timer = setTimeout(done, maxWaitMs)
+      client.once('ready', done)
     })
   }
 

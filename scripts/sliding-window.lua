@@ -1,0 +1,94 @@
+#!lua
+-- sliding-window (counter): estimate = floor(prev * (W - elapsed) / W) + cur
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME)
+-- State: one string "idx:cur:prev". When the window index has advanced by 1 the
+-- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
+-- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local w = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
+local now
+if ARGV[5] == nil or ARGV[5] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = math.floor(tonumber(ARGV[5]))
+end
+
+-- floor(a / b) for integers with |a| and b below 2^53, exact whatever the rounding of a / b
+local function idiv (a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local idx = idiv(now, w)
+local elapsed = now - idx * w
+local cur, prev = 0, 0
+local stored = redis.call('GET', key)
+if stored then
+  local a = string.find(stored, ':', 1, true)
+  local b = a and string.find(stored, ':', a + 1, true)
+  if b then
+    local sidx = tonumber(string.sub(stored, 1, a - 1))
+    local scur = tonumber(string.sub(stored, a + 1, b - 1)) or 0
+    if sidx == idx then
+      cur = scur
+      prev = tonumber(string.sub(stored, b + 1)) or 0
+    elseif sidx == idx - 1 then
+      prev = scur
+    end
+  end
+end
+
+-- ms from now until the estimate is 0 (quota fully restored)
+local function resetMs (c, p)
+  if c > 0 then
+    -- in the next window c is the previous count: floor(c * (W - e) / W) = 0 once e >= W - floor((W - 1) / c)
+    return (idx + 1) * w + w - idiv(w - 1, c) - now
+  end
+  if p > 0 then
+    local e = w - idiv(w - 1, p)
+    if e > elapsed then return e - elapsed end
+  end
+  return 0
+end
+
+local estimate = idiv(prev * (w - elapsed), w) + cur
+local available = limit - estimate
+if available < 0 then available = 0 end
+
+if cost > limit then
+  return { 0, available, resetMs(cur, prev), w }
+end
+if estimate + cost > limit then
+  -- earliest e (elapsed in this window) with floor(prev * (W - e) / W) <= limit - cost - cur
+  local retry = -1
+  local room = limit - cost - cur
+  if room >= 0 and prev > 0 then
+    local e = w - idiv((room + 1) * w - 1, prev)
+    if e <= elapsed then e = elapsed + 1 end
+    if e < w then retry = e - elapsed end
+  end
+  if retry < 0 then
+    -- next window: prev = cur, cur = 0; earliest e with floor(cur * (W - e) / W) <= limit - cost
+    local e = 0
+    if cur > 0 then
+      e = w - idiv((limit - cost + 1) * w - 1, cur)
+      if e < 0 then e = 0 end
+    end
+    -- e == W means the window after next, where everything is zero
+    retry = w - elapsed + e
+  end
+  return { 0, available, resetMs(cur, prev), retry }
+end
+
+cur = cur + cost
+redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+local remaining = limit - estimate - cost
+return { 1, remaining, resetMs(cur, prev), 0 }

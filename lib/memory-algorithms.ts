@@ -71,7 +71,7 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
       return { decision: decision(false, available, toEnd, toEnd), state: undefined, ttlMs: 0 }
     }
     count = count + cost
-    return { decision: decision(true, limit - count, toEnd, 0), state: { idx, count }, ttlMs: toEnd - 1 }
+    return { decision: decision(true, limit - count, toEnd, 0), state: { idx, count }, ttlMs: toEnd }
   }
 }
 
@@ -224,7 +224,7 @@ export const gcra: MemoryAlgorithm<GcraState> = {
     }
     const nd = d + cost * w
     if (nd > cap) {
-      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), idiv(nd - cap, limit)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit)), state: undefined, ttlMs: 0 }
     }
     const whole = idiv(nd, limit)
     const reset = cdiv(nd, limit)

@@ -54,5 +54,5 @@ if count + cost > limit then
 end
 
 count = count + cost
-redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd - 1)
+redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
 return { 1, limit - count, toEnd, 0 }

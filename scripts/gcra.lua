@@ -59,7 +59,7 @@ if cost > burst then
 end
 local nd = d + cost * w
 if nd > cap then
-  return { 0, idiv(cap - d, w), cdiv(d, limit), idiv(nd - cap, limit) }
+  return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit) }
 end
 
 local whole = idiv(nd, limit)

@@ -1,0 +1,69 @@
+import { test } from 'tap'
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { request } from 'undici'
+import { freePort, getRedis } from './helpers/redis.js'
+
+/** Starts `example/server.ts` the way `npm run demo` does, on a free port. */
+async function startDemo (env: Record<string, string>) {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['--import=tsx', 'example/server.ts'], {
+    cwd: new URL('..', import.meta.url),
+    env: { ...process.env, REDIS_URL: '', ...env, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const deadline = Date.now() + 20_000
+  while (!output.includes('Server listening')) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`demo did not start:\n${output}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return {
+    base: `http://127.0.0.1:${port}`,
+    firstLine: () => JSON.parse(output.split('\n')[0] as string).msg as string,
+    stop: async () => {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await once(child, 'exit')
+    }
+  }
+}
+
+async function call (base: string, path: string, init: { method?: string, headers?: Record<string, string>, body?: string } = {}) {
+  const res = await request(base + path, { method: (init.method ?? 'GET') as 'GET', headers: init.headers, body: init.body })
+  const text = await res.body.text()
+  return { status: res.statusCode, headers: res.headers, text }
+}
+
+for (const withRedis of [false, true]) {
+  test(`npm run demo serves the documented routes ${withRedis ? 'with REDIS_URL' : 'with the memory store'}`, async (t) => {
+    const env: Record<string, string> = withRedis ? { REDIS_URL: (await getRedis()).url } : {}
+    const demo = await startDemo(env)
+    t.teardown(demo.stop)
+    t.match(demo.firstLine(), withRedis ? /use Redis at/ : /memory store/, 'the first log line says which store')
+
+    const health = await call(demo.base, '/health')
+    t.equal(health.status, 200)
+    t.equal(health.headers.ratelimit, undefined, 'health is opted out')
+
+    const order = await call(demo.base, '/orders/42', { headers: { 'x-user-id': `alice-${Date.now()}` } })
+    t.equal(order.status, 200)
+    t.equal(order.headers['ratelimit-policy'], '"orders";q=100;w=60')
+
+    const key = { 'x-api-key': 'demo-key-1', 'x-forwarded-for': 'ignored' }
+    const searches = []
+    for (let i = 0; i < 25; i++) searches.push((await call(demo.base, '/search?q=redis', { headers: key })).status)
+    t.ok(searches.filter((s) => s === 429).length >= 1, 'the token bucket runs dry after its burst')
+
+    const username = `user-${Date.now()}`
+    const logins = []
+    for (let i = 0; i < 6; i++) {
+      logins.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).status)
+    }
+    t.same(logins, [200, 200, 200, 200, 200, 429], 'login: 5 per 15 minutes per IP and username')
+
+    const index = await call(demo.base, '/')
+    t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')
+  })
+}

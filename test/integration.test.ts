@@ -10,7 +10,8 @@ async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, ser
   const redis = createClient(server)
   const prefix = uniquePrefix()
   const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, ...options }, serverOptions)
+  // Latency is tested in failure.test.ts; here a loaded CI machine must not turn into degraded decisions.
+  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
   t.teardown(async () => {
     await app.close()
     const keys = await redis.keys(`${prefix}:*`)

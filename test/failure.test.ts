@@ -15,8 +15,11 @@ test('unreachable Redis: fail-open admits and marks degraded, fail-closed answer
   const app = await buildApp({ redis, timeout: TIMEOUT })
   app.get('/open', { config: { rateLimit: { limit: 1, window: '1m', onRedisError: 'open' } } }, async (req) => req.rateLimit)
   app.get('/closed', { config: { rateLimit: { limit: 1, window: '1m', onRedisError: 'closed' } } }, async () => 'never')
+  app.get('/warm', { config: { rateLimit: false } }, async () => 'warm')
   await app.ready()
   t.teardown(async () => { await app.close(); redis.disconnect() })
+  // The first inject pays for lazy loading and JIT; the decision, not that, is under test.
+  await app.inject('/warm')
 
   for (let i = 0; i < 3; i++) {
     let started = performance.now()
@@ -63,6 +66,8 @@ test('hung Redis (SIGSTOP): decisions give up after the timeout and are not rese
   process.kill(server.pid, 'SIGCONT')
   // Commands queued while hung now complete; the abandoned /x decisions still count once each.
   await redis.ping()
+  const [key] = await redis.keys('hung:{GET:/x|*')
+  t.match(await redis.get(key as string), /:3$/, 'each abandoned decision ran exactly once: 1 + 2 = 3, never resent')
   const statuses: number[] = []
   for (let i = 0; i < 3; i++) statuses.push((await app.inject('/x')).statusCode)
   t.same(statuses, [429, 429, 429], '1 + 2 abandoned-but-executed + resumed enforcement: the limit of 3 holds')

@@ -241,3 +241,16 @@ test('opted-out routes never touch Redis', async (t) => {
   t.equal(res.headers.ratelimit, undefined)
   t.same(await redis.keys(`${prefix}:*`), [])
 })
+
+test('each rejection is logged once with route, identity kind, policy and limit, never the identity value', async (t) => {
+  const lines: Array<Record<string, unknown>> = []
+  const stream = { write: (line: string) => { lines.push(JSON.parse(line)) } }
+  const { app } = await setup(t, {}, { logger: { level: 'info', stream } })
+  app.post('/login', { config: { rateLimit: { algorithm: 'sliding-log', limit: 1, window: '1m', by: ['ip', 'body:username'], name: 'login' } } }, ok)
+  await app.ready()
+  for (let i = 0; i < 3; i++) await app.inject({ method: 'POST', url: '/login', payload: { username: 'carol-secret-name' } })
+  const rejections = lines.filter((line) => line.msg === 'rate limit exceeded')
+  t.equal(rejections.length, 2)
+  t.match(rejections[0], { route: 'POST /login', identityKind: ['ip', 'body'], policy: 'login', limit: 1 })
+  t.notMatch(JSON.stringify(lines), /carol-secret-name/, 'the username appears in no log line')
+})

@@ -7,10 +7,22 @@
  *   curl -i http://127.0.0.1:3000/search?q=redis -H 'x-api-key: demo-key-1'
  *   curl -i http://127.0.0.1:3000/login -H 'content-type: application/json' -d '{"username":"alice"}'
  *   curl -i http://127.0.0.1:3000/health
+ *
+ * Beyond the basics:
+ *   curl -i http://127.0.0.1:3000/reports                       two limits at once (5/s and 100/h), all-or-nothing
+ *   curl -i http://127.0.0.1:3000/feed -H 'x-plan: pro'          tiers: 30/min by default, 300/min on pro
+ *   curl -i http://127.0.0.1:3000/notify -H 'x-user-id: alice'   fastify.rateLimit.consume() for a non-HTTP limit
+ *   curl -i 'http://127.0.0.1:3000/admin/peek?user=alice'        fastify.rateLimit.peek(): no charge
+ *   curl -i -X POST 'http://127.0.0.1:3000/admin/reset?user=alice'
+ *   curl -i http://127.0.0.1:3000/exports?fail=1                 refundOn: a 500 gives its 5 units back
+ * Every route also counts toward a fleet-wide 600/min per caller in shadow
+ * mode (recorded, never enforced), the startup log prints the policy table,
+ * and GET / shows the decisions seen on node:diagnostics_channel.
  */
+import diagnostics from 'node:diagnostics_channel'
 import Fastify, { type FastifyRequest } from 'fastify'
 import fastifyRedis from '@fastify/redis'
-import rateLimit from '../lib/index.js'
+import rateLimit, { CHANNELS, type DecisionMessage } from '../lib/index.js'
 
 const redisUrl = process.env.REDIS_URL
 const port = Number(process.env.PORT ?? 3000)
@@ -47,7 +59,25 @@ await app.register(rateLimit, {
   timeout: 50,
   headers: 'ietf',
   user: userOf,
-  apiKey: validApiKey
+  apiKey: validApiKey,
+  // Fleet-wide, per caller, on every limited route, in the same script call as the route's own
+  // limits. In shadow mode while it is being tried out: recorded, never enforced, not advertised.
+  globalLimits: [{ name: 'per-caller', limit: 600, window: '1m', mode: 'shadow' }],
+  // After Redis refuses a caller, this instance refuses it locally until Redis's retry time (the default).
+  denyCache: { max: 10_000 },
+  // Plans for the tier maps below (a real service would read them from the authenticated user).
+  tier: (req) => req.headers['x-plan'] as string | undefined,
+  // Limits outside HTTP routes, for fastify.rateLimit.consume().
+  policies: { 'email-send': { limit: 3, window: '1h', by: 'user', algorithm: 'sliding-log' } },
+  // A table of every route's limits in the startup log.
+  printPolicies: true
+})
+
+// Every decision is published on node:diagnostics_channel (OpenTelemetry metrics too, where an SDK is registered).
+const outcomes: Record<string, number> = {}
+diagnostics.subscribe(CHANNELS.decision, (message) => {
+  const { outcome } = message as DecisionMessage
+  outcomes[outcome] = (outcomes[outcome] ?? 0) + 1
 })
 
 // Login: exact sliding log per IP and username, fail-closed (a brute-force guard must not open up).
@@ -65,14 +95,45 @@ app.get('/orders/:id', {
   config: { rateLimit: { limit: 100, window: '1m', by: 'user', name: 'orders' } }
 }, async (req) => ({ id: (req.params as { id: string }).id }))
 
-// Exports: GCRA, expensive requests cost 5.
+// Exports: GCRA, expensive requests cost 5; a failed export gives its units back.
 app.get('/exports', {
-  config: { rateLimit: { algorithm: 'gcra', limit: 30, window: '1h', burst: 10, cost: 5, name: 'exports' } }
-}, async () => ({ queued: true }))
+  config: { rateLimit: { algorithm: 'gcra', limit: 30, window: '1h', burst: 10, cost: 5, name: 'exports', refundOn: (reply) => reply.statusCode >= 500 } }
+}, async (req, reply) => {
+  if ((req.query as { fail?: string }).fail === '1') return await reply.code(500).send({ error: 'export failed; your quota was not charged' })
+  return { queued: true, remaining: req.rateLimit?.remaining }
+})
+
+// Reports: a burst limit and an hourly quota, decided together: a refused request charges neither.
+app.get('/reports', {
+  config: { rateLimit: [{ limit: 5, window: '1s', name: 'reports-burst' }, { limit: 100, window: '1h', name: 'reports-hourly', algorithm: 'fixed-window' }] }
+}, async (req) => ({ policies: req.rateLimit?.policies }))
+
+// Feed: the limit depends on the caller's plan; the RateLimit-Policy header names the tier.
+app.get('/feed', {
+  config: { rateLimit: { limit: { default: 30, pro: 300 }, window: '1m', name: 'feed' } }
+}, async (req) => ({ tier: req.rateLimit?.tier, remaining: req.rateLimit?.remaining }))
+
+// Notify: the HTTP route is unlimited, the e-mails it sends are limited (3 per hour per user).
+app.post('/notify', { config: { rateLimit: false } }, async (req, reply) => {
+  const user = userOf(req)
+  if (user === undefined) return await reply.code(401).send({ error: 'x-user-id required' })
+  const decision = await app.rateLimit.consume('email-send', { user })
+  if (!decision.allowed) return await reply.code(429).send({ error: 'e-mail quota spent', retryAfterMs: decision.retryAfterMs })
+  return { sent: true, remaining: decision.remaining }
+})
+
+// Admin: peek (no charge) and reset a user's orders limit. Protect such routes in a real service.
+app.get('/admin/peek', { config: { rateLimit: false } }, async (req) => {
+  return await app.rateLimit.peek('GET /orders/:id', { user: (req.query as { user?: string }).user ?? '', ip: req.ip })
+})
+app.post('/admin/reset', { config: { rateLimit: false } }, async (req) => {
+  await app.rateLimit.reset('GET /orders/:id', { user: (req.query as { user?: string }).user ?? '', ip: req.ip })
+  return { reset: true }
+})
 
 // Health: explicitly unlimited.
 app.get('/health', { config: { rateLimit: false } }, async () => ({ status: 'ok' }))
 
-app.get('/', { config: { rateLimit: false } }, async () => ({ policies: app.rateLimit.policies() }))
+app.get('/', { config: { rateLimit: false } }, async () => ({ policies: app.rateLimit.policies(), stats: app.rateLimit.stats(), outcomes }))
 
 await app.listen({ host: '127.0.0.1', port })

@@ -1,4 +1,5 @@
 import createError from '@fastify/error'
+import processWarning from 'process-warning'
 
 /*
  * Every configuration error fails register or ready, never a request. Messages
@@ -63,6 +64,29 @@ export const FST_RRL_INVALID_COST = createError(
 
 export const FST_RRL_IDENTITY_FAILED = createError(
   'FST_RRL_IDENTITY_FAILED',
-  'Identity part `%s` for route %s threw; falling back to the client IP',
+  'Identity part `%s` for route %s threw or returned an unusable value; falling back to the client IP',
   500
+)
+
+/**
+ * Startup warning (once per process, like Fastify's own): `trustProxy: true`
+ * trusts X-Forwarded-For from every peer, so any client can pick its own IP.
+ */
+export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
+  name: 'FastifyRedisRateLimitWarning',
+  code: 'FST_RRL_TRUST_PROXY_TRUE',
+  message: 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see the README, Security)'
+})
+
+/** Programmatic API (fastify.rateLimit.peek/reset/consume): thrown to the caller, never to a client. */
+export const FST_RRL_UNKNOWN_POLICY = createError(
+  'FST_RRL_UNKNOWN_POLICY',
+  'No rate limit named %s: use a route (\'GET /orders/:id\'), a block name or a name from the `policies` option',
+  500, TypeError
+)
+
+export const FST_RRL_INVALID_API_CALL = createError(
+  'FST_RRL_INVALID_API_CALL',
+  'fastify.rateLimit.%s: %s',
+  500, TypeError
 )

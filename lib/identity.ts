@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import { canonicalIp } from './ip.js'
-import { boundIdentity, hashValue } from './keys.js'
+import { boundIdentity, identityHasher } from './keys.js'
 
 /*
  * An identity is a list of parts, each rendered as `<label>=<value>`, or as
@@ -19,7 +19,12 @@ export interface IdentityContext {
   user?: IdentityFunction | undefined
   apiKey?: IdentityFunction | undefined
   ipv6Subnet: number
-  /** Called when a user-supplied identity function throws; the part then falls back to the IP. */
+  /** HMAC key for identity hashes (plugin option `hashSecret`); plain SHA-256 without it. */
+  hashSecret?: Buffer | undefined
+  /**
+   * Called when a user-supplied identity function throws or returns something
+   * unusable (an object, a symbol, NaN, a Promise...); the part then falls back to the IP.
+   */
   onPartError: (kind: IdentityKind, error: unknown, route: string) => void
 }
 
@@ -33,9 +38,31 @@ interface CompiledPart {
 export interface CompiledIdentity {
   /** Renders the identity for one request: bounded, hashed where it must be. */
   resolve: (request: FastifyRequest) => string
+  /** The same identity from values a caller names (the programmatic API). */
+  resolveInput: (input: IdentityInput) => string
   kinds: IdentityKind[]
   needsBody: boolean
   usesParams: boolean
+}
+
+/** What the programmatic API takes to name a caller (RateLimitIdentity in types.ts). */
+export interface IdentityInput {
+  ip?: string | undefined
+  user?: string | undefined
+  apiKey?: string | undefined
+  headers?: Record<string, string> | undefined
+  params?: Record<string, string> | undefined
+  body?: Record<string, unknown> | undefined
+}
+
+const API_INPUT = Symbol('rateLimit.identityInput')
+interface ApiRequest { [API_INPUT]: IdentityInput }
+
+/** A request-like object for the API: what `by` parts and function parts read. */
+function apiRequest (input: IdentityInput): FastifyRequest {
+  const headers: Record<string, string> = {}
+  for (const [name, value] of Object.entries(input.headers ?? {})) headers[name.toLowerCase()] = value
+  return { ip: input.ip, headers, params: input.params ?? {}, body: input.body, socket: { remoteAddress: input.ip }, [API_INPUT]: input } as unknown as FastifyRequest
 }
 
 /** The client address: Fastify's request.ip (trustProxy decides), else the socket's, canonical. */
@@ -45,11 +72,32 @@ export function clientIp (request: FastifyRequest, ipv6Subnet: number): string {
     'unknown'
 }
 
+/**
+ * The text of an identity value, or undefined when it has none: a non-empty
+ * string, a finite number, or a non-empty array of strings (a repeated header).
+ * Anything else (objects, symbols, NaN, booleans, Promises) is no identity, and
+ * the part falls back to the client IP.
+ */
 function textValue (value: unknown): string | undefined {
   if (typeof value === 'string') return value.length > 0 ? value : undefined
   if (typeof value === 'number' && Number.isFinite(value)) return String(value)
   if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) return value.join(',')
   return undefined
+}
+
+/** Kinds whose values come from code the application wrote, whose mistakes are worth a log line. */
+const FUNCTION_KINDS = new Set<IdentityKind>(['user', 'api-key', 'custom'])
+
+function isThenable (value: unknown): value is PromiseLike<unknown> {
+  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
+}
+
+/** The type of an unusable value, for the log: never the value itself, which may be a secret. */
+function describeValue (value: unknown): string {
+  if (typeof value === 'number') return String(value) // NaN or ±Infinity
+  if (isThenable(value)) return 'a Promise (identity functions must be synchronous)'
+  if (Array.isArray(value)) return value.length === 0 ? 'an empty array' : 'an array that is not all strings'
+  return value === null ? 'null' : typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
 
 function readField (container: unknown, field: string): unknown {
@@ -114,18 +162,26 @@ export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | und
     }
   }
   const { ipv6Subnet, onPartError } = context
+  const hash = identityHasher(context.hashSecret)
   const renderPart = (part: CompiledPart, request: FastifyRequest): string => {
     if (part.kind === 'ip') return 'ip=' + clientIp(request, ipv6Subnet)
     let value: string | undefined
     try {
-      value = textValue(part.read(request))
+      const raw = part.read(request)
+      value = textValue(raw)
+      if (value === undefined && raw !== undefined && raw !== null && raw !== '' && FUNCTION_KINDS.has(part.kind)) {
+        // An async function's rejection must not become an unhandled rejection.
+        if (isThenable(raw)) Promise.resolve(raw).catch(() => {})
+        onPartError(part.kind, new TypeError(`returned ${describeValue(raw)}`), route)
+      }
     } catch (error) {
-      onPartError(part.kind, error, route)
+      // Whatever was thrown (even an object that cannot be turned into a string) is logged safely.
+      onPartError(part.kind, error instanceof Error ? error : new TypeError(`threw ${describeValue(error)}`), route)
     }
     // A missing part falls back to the client's own IP: never a shared bucket.
     return value === undefined
       ? part.label + '~' + clientIp(request, ipv6Subnet)
-      : part.label + '=' + hashValue(value)
+      : part.label + '=' + hash(value)
   }
   const single = parts.length === 1 ? parts[0] as CompiledPart : undefined
   const resolve = single !== undefined
@@ -135,8 +191,20 @@ export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | und
         for (let index = 1; index < parts.length; index++) identity += ',' + renderPart(parts[index] as CompiledPart, request)
         return boundIdentity(identity)
       }
+  // The programmatic API (fastify.rateLimit.peek/consume/reset): the same rendering from
+  // caller-given values; `user` and `apiKey` are taken as given instead of calling the plugin option.
+  const apiParts = parts.map((part): CompiledPart => part.kind === 'user'
+    ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].user }
+    : part.kind === 'api-key' ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].apiKey } : part)
+  const resolveInput = (input: IdentityInput): string => {
+    const request = apiRequest(input)
+    let identity = renderPart(apiParts[0] as CompiledPart, request)
+    for (let index = 1; index < apiParts.length; index++) identity += ',' + renderPart(apiParts[index] as CompiledPart, request)
+    return boundIdentity(identity)
+  }
   return {
     resolve,
+    resolveInput,
     kinds: parts.map((part) => part.kind),
     needsBody: parts.some((part) => part.kind === 'body'),
     usesParams: parts.some((part) => part.kind === 'param')

@@ -1,12 +1,16 @@
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
+import { DenyCache, OncePerWindow } from './deny-cache.js'
+import { loadMetrics } from './diagnostics.js'
 import { headerWriter } from './headers.js'
-import { BurstLogger, createRouteHook, type Runtime } from './hook.js'
+import { BurstLogger, createRefundHook, createRouteHook, type Runtime } from './hook.js'
 import type { IdentityKind } from './identity.js'
+import { fastifyTrustProxy } from './ip.js'
 import { MemoryStore } from './memory-store.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
-import { compilePolicy, type CompileContext } from './policy.js'
+import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
 import { unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
@@ -15,6 +19,7 @@ import type { PolicySummary, RateLimitPluginOptions } from './types.js'
 export * from './types.js'
 export { ALGORITHMS } from './algorithm-types.js'
 export * as errors from './errors.js'
+export { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from './diagnostics.js'
 
 function createStore (fastify: FastifyInstance, options: ResolvedOptions): Store {
   if (options.store === 'memory') return new MemoryStore(options.clock)
@@ -30,6 +35,8 @@ function methodsOf (method: RouteOptions['method']): string[] {
 async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {
   const options = resolveOptions(input)
   const store = createStore(fastify, options)
+  // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
+  if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
   const identityErrors = new BurstLogger()
   const context: CompileContext = {
     prefix: options.prefix,
@@ -37,19 +44,37 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     user: options.user,
     apiKey: options.apiKey,
     ipv6Subnet: options.ipv6Subnet,
+    hashSecret: options.hashSecret,
+    mode: options.mode,
+    cluster: store instanceof RedisStore && store.cluster,
     onPartError: (kind: IdentityKind, error: unknown, route: string) => {
-      identityErrors.report(fastify.log, { err: new FST_RRL_IDENTITY_FAILED(kind, route), cause: error instanceof Error ? error.message : String(error) }, 'rate limit identity part threw; falling back to the client IP')
+      identityErrors.report(fastify.log, { err: new FST_RRL_IDENTITY_FAILED(kind, route), cause: error instanceof Error ? error.message : String(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
     }
   }
-  // Fails at register: a bad defaultLimit must not wait for the first route to surface.
-  if (options.defaultLimit !== undefined) compilePolicy(options.defaultLimit, 'GET', '/', context, true)
+  // Fails at register: a bad defaultLimit or global block must not wait for the first route to surface.
+  const globals = compileGlobals(options.globalLimits, context)
+  if (options.defaultLimit !== undefined) compilePolicy(options.defaultLimit, 'GET', '/', context, true, globals)
+  const registry = new PolicyRegistry()
+  for (const block of globals) registry.add(block.name, globalPolicy(block, context))
+  // Named limits outside HTTP routes (fastify.rateLimit.consume): no global blocks.
+  const named: Array<[string, CompiledPolicy]> = Object.entries(options.policies).map(([name, declared]) => {
+    const blocks = Array.isArray(declared) ? declared.map((block, index) => ({ name: index === 0 ? name : `${name}-${index}`, ...block })) : { name, ...declared }
+    return [name, compilePolicy(blocks, 'API', name, context, false)]
+  })
+  for (const [name, policy] of named) registry.add(name, policy)
 
   const runtime: Runtime = {
     store,
     writeHeaders: headerWriter(options.headers),
-    stats: { allowed: 0, limited: 0, degraded: 0 },
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0 },
     failures: new BurstLogger(),
-    badInput: new BurstLogger()
+    badInput: new BurstLogger(),
+    // The memory store answers locally anyway: the deny cache would only duplicate its state.
+    denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
+    rejections: new OncePerWindow(),
+    clock: options.clock ?? Date.now,
+    tier: options.tier,
+    metrics: undefined
   }
   const summaries: PolicySummary[] = []
   const seen: RouteEntry[] = []
@@ -62,50 +87,49 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     const methodLabel = methodsOf(route.method).join(',')
     const declared = route.config?.rateLimit
     if (declared === false) {
-      summaries.push({ method: methodLabel, url: route.url, limit: false })
+      summaries.push({ method: methodLabel, url: route.url, limit: false, limits: [] })
       return
     }
     const block = declared ?? options.defaultLimit
-    if (block === undefined) {
+    if (block === undefined && globals.length === 0) {
       // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
       if (route.method !== 'HEAD' || !undeclared.includes(`GET ${route.url}`)) undeclared.push(`${methodLabel} ${route.url}`)
       return
     }
-    const policy = compilePolicy(block, route.method, route.url, context, declared === undefined)
-    summaries.push({
-      method: methodLabel,
-      url: route.url,
-      limit: {
-        name: policy.name,
-        algorithm: policy.algorithm,
-        limit: policy.params.limit,
-        windowMs: policy.params.windowMs,
-        burst: policy.params.burst,
-        by: policy.by,
-        onRedisError: policy.onRedisError,
-        fromDefault: policy.fromDefault
-      }
-    })
+    const policy = compilePolicy(block, route.method, route.url, context, declared === undefined, globals)
+    const limits = policy.blocks.map((compiled) => summarize(compiled, policy.fromDefault))
+    summaries.push({ method: methodLabel, url: route.url, limit: limits[0] ?? false, limits })
+    for (const method of methodsOf(route.method)) registry.add(`${method} ${route.url}`, policy)
+    // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
+    if (route.method !== 'HEAD') for (const compiled of policy.blocks) if (!compiled.global) registry.add(compiled.name, policy)
     const hook = createRouteHook(policy, runtime)
-    const stage = policy.identity.needsBody ? 'preValidation' : 'onRequest'
+    const stage = policy.needsBody ? 'preValidation' : 'onRequest'
     const existing = route[stage]
     // After the route's own hooks of that stage, so an auth hook can set the user first.
     route[stage] = (existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]) as never
+    if (policy.refunds) {
+      const refund = createRefundHook(policy, runtime)
+      const onResponse = route.onResponse
+      route.onResponse = (onResponse === undefined ? [refund] : Array.isArray(onResponse) ? [...onResponse, refund] : [onResponse, refund]) as never
+    }
   })
 
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
     const unseen = unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen)
     if (unseen.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(unseen.join(', '))
+    if (options.metrics) runtime.metrics = await loadMetrics()
+    if (options.printPolicies) fastify.log.info({ routes: summaries.length }, `rate limits:\n${policyTable(copySummaries())}`)
     await store.warmUp()
   })
 
   fastify.addHook('onClose', async () => { store.close() })
 
-  fastify.decorate('rateLimit', {
-    policies: () => summaries.map((summary) => ({ ...summary, limit: summary.limit === false ? false : { ...summary.limit, by: [...summary.limit.by] } })),
-    stats: () => ({ ...runtime.stats })
+  const copySummaries = (): PolicySummary[] => summaries.map((summary) => {
+    const limits = summary.limits.map((block) => ({ ...block, by: [...block.by], tiers: block.tiers === undefined ? undefined : structuredClone(block.tiers) }))
+    return { ...summary, limit: limits[0] ?? false, limits }
   })
+  fastify.decorate('rateLimit', createApi(registry, runtime, fastify.log, copySummaries))
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

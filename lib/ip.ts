@@ -5,7 +5,8 @@ import ipaddr from 'ipaddr.js'
  * One caller, one spelling: IPv4-mapped IPv6 becomes IPv4, IPv6 is written in
  * RFC 5952 form and grouped by prefix (a subscriber usually holds a whole /64,
  * so per-address limits on IPv6 are trivially bypassed), NAT64 addresses keep
- * their embedded IPv4 apart, and anything that is not an IP is refused.
+ * their embedded IPv4 apart, zone ids are dropped, and anything that is not an
+ * IP is refused.
  */
 
 const NAT64 = ipaddr.parseCIDR('64:ff9b::/96')
@@ -22,9 +23,29 @@ export function canonicalIp (raw: string | undefined, ipv6Subnet: number): strin
   } catch {
     return undefined
   }
+  // A zone id (`fe80::1%eth0`) names an interface of the receiving host, not a caller:
+  // kept, it would let one address mint a bucket per made-up zone.
+  address.zoneId = undefined
   if (address.isIPv4MappedAddress()) return address.toIPv4Address().toString()
   if (address.match(NAT64)) return address.toRFC5952String()
   if (ipv6Subnet >= 128) return address.toRFC5952String()
   const network = ipaddr.IPv6.networkAddressFromCIDR(`${address.toString()}/${ipv6Subnet}`)
   return `${network.toRFC5952String()}/${ipv6Subnet}`
+}
+
+/**
+ * Fastify's `trustProxy` option as the instance was created with it. Fastify
+ * does not expose it (`initialConfig` leaves it out), so this reads the options
+ * object Fastify keeps under its `fastify.options` symbol, walking up from an
+ * encapsulated child to the root. Undefined when it cannot be found.
+ */
+export function fastifyTrustProxy (fastify: object): unknown {
+  for (let object: object | null = fastify; object !== null; object = Object.getPrototypeOf(object) as object | null) {
+    for (const symbol of Object.getOwnPropertySymbols(object)) {
+      if (symbol.description !== 'fastify.options') continue
+      const options = (object as Record<symbol, unknown>)[symbol]
+      if (options !== null && typeof options === 'object') return (options as { trustProxy?: unknown }).trustProxy
+    }
+  }
+  return undefined
 }

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { createHash, createHmac } from 'node:crypto'
 
 /*
  * Key scheme: `<prefix>:{<METHOD>:<route>|<identity>}:<suffix>`.
@@ -12,6 +12,8 @@ import { createHash } from 'node:crypto'
  *   mapping one-to-one; anything over budget is replaced by `%H<hash>`, a form
  *   the escaping can never produce.
  * - Budgets keep every key within MAX_KEY_BYTES.
+ * - With `hashSecret`, identity values are hashed with HMAC-SHA256 keyed by it,
+ *   so a key name cannot be checked against guessed usernames or API keys.
  */
 
 export const MAX_KEY_BYTES = 128
@@ -22,6 +24,21 @@ const HASH_CHARS = 22 // 132 bits of SHA-256, base64url
 
 export function hashValue (value: string): string {
   return createHash('sha256').update(value).digest('base64url').slice(0, HASH_CHARS)
+}
+
+/** Minimum `hashSecret` length: 128 bits. */
+export const MIN_SECRET_BYTES = 16
+
+export type ValueHasher = (value: string) => string
+
+/**
+ * The hash applied to identity values: SHA-256, or HMAC-SHA256 keyed with
+ * `secret` (same length, same alphabet). Chosen once per plugin instance.
+ */
+export function identityHasher (secret: Buffer | undefined): ValueHasher {
+  if (secret === undefined) return hashValue
+  const key = Buffer.from(secret) // a private copy: later changes to the caller's buffer change nothing
+  return (value) => createHmac('sha256', key).update(value).digest('base64url').slice(0, HASH_CHARS)
 }
 
 /** `%H` + hash: never produced by escapeRouteChars, so it cannot collide with a short form. */

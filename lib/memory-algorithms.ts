@@ -24,6 +24,12 @@ export interface MemoryStep<S> {
 
 export interface MemoryAlgorithm<S = unknown> {
   step (state: S | undefined, params: BlockParams, cost: number, now: number): MemoryStep<S>
+  /**
+   * Gives back `cost` units spent `elapsedMs` ago (refundOn), as the Lua
+   * script's `'2'` mode does. Undefined: nothing to give back (state unchanged);
+   * `state: undefined` with `given`: the state may be dropped.
+   */
+  refund?: (state: S | undefined, params: BlockParams, cost: number, now: number, elapsedMs: number) => { state: S | undefined, ttlMs: number } | undefined
 }
 
 /** fixed-window state: window index (floor(now / W)) and units consumed in it. Lua: "idx:count". */
@@ -72,6 +78,13 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
     }
     count = count + cost
     return { decision: decision(true, limit - count, toEnd, 0), state: { idx, count }, ttlMs: toEnd }
+  },
+  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    const count = state !== undefined && state.idx === idx ? state.count : 0
+    if (count === 0 || idiv(now - elapsedMs, w) !== idx) return undefined
+    return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: (idx + 1) * w - now }
   }
 }
 
@@ -127,6 +140,25 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
       state: { idx, cur, prev },
       ttlMs: (idx + 2) * w - now
     }
+  },
+  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    let cur = 0
+    let prev = 0
+    if (state !== undefined) {
+      if (state.idx === idx) {
+        cur = state.cur
+        prev = state.prev
+      } else if (state.idx === idx - 1) {
+        prev = state.cur
+      }
+    }
+    const atIdx = idiv(now - elapsedMs, w)
+    if (atIdx === idx && cur > 0) cur = Math.max(0, cur - cost)
+    else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)
+    else return undefined
+    return { state: { idx, cur, prev }, ttlMs: (idx + 2) * w - now }
   }
 }
 
@@ -204,6 +236,30 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
     tokens = tokens - need
     const reset = resetMs(tokens)
     return { decision: decision(true, idiv(tokens, w), reset, 0), state: { tokens, ts: base }, ttlMs: reset }
+  },
+  refund (state, { limit, windowMs: w, burst }, cost, now) {
+    // the bucket as of now, plus the tokens, up to its capacity (same steps as the Lua '2' mode)
+    now = Math.floor(now)
+    const cap = burst * w
+    let tokens = cap
+    let base = now
+    if (state !== undefined) {
+      let st = state.tokens
+      if (st > cap) st = cap
+      if (st < 0) st = 0
+      let elapsed = now - state.ts
+      if (elapsed < 0) {
+        elapsed = 0
+        base = state.ts
+      }
+      const maxElapsed = idiv(cap, limit) + 1
+      if (elapsed > maxElapsed) elapsed = maxElapsed
+      const gain = elapsed * limit
+      tokens = gain >= cap - st ? cap : st + gain
+    }
+    tokens = tokens + cost * w
+    if (tokens >= cap) return { state: undefined, ttlMs: 0 }
+    return { state: { tokens, ts: base }, ttlMs: base - now + cdiv(cap - tokens, limit) }
   }
 }
 
@@ -229,6 +285,22 @@ export const gcra: MemoryAlgorithm<GcraState> = {
     const whole = idiv(nd, limit)
     const reset = cdiv(nd, limit)
     return { decision: decision(true, idiv(cap - nd, w), reset, 0), state: { tatMs: now + whole, frac: nd - whole * limit }, ttlMs: reset }
+  },
+  refund (state, { limit, windowMs: w, burst }, cost, now) {
+    now = Math.floor(now)
+    const cap = burst * w
+    let d = 0
+    if (state !== undefined && state.tatMs >= now) {
+      let dMs = state.tatMs - now
+      const maxMs = idiv(cap, limit) + 1
+      if (dMs > maxMs) dMs = maxMs
+      d = dMs * limit + state.frac
+      if (d > cap) d = cap
+    }
+    const rd = d - cost * w
+    if (rd <= 0) return { state: undefined, ttlMs: 0 }
+    const whole = idiv(rd, limit)
+    return { state: { tatMs: now + whole, frac: rd - whole * limit }, ttlMs: cdiv(rd, limit) }
   }
 }
 

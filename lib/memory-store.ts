@@ -1,6 +1,6 @@
-import type { AlgorithmName, RawDecision } from './algorithm-types.js'
-import { memoryAlgorithms } from './memory-algorithms.js'
-import type { CompiledPolicy } from './policy.js'
+import type { RawDecision } from './algorithm-types.js'
+import { memoryAlgorithms, type MemoryStep } from './memory-algorithms.js'
+import type { BlockRun } from './policy.js'
 import type { Store } from './store.js'
 
 interface Entry {
@@ -13,8 +13,10 @@ const SWEEP_INTERVAL_MS = 10_000
 /*
  * The same five algorithms in one process (memory-algorithms.ts): for a single
  * instance, for the demo without Redis, and as the reference model the Lua
- * scripts are tested against. Expired entries are swept on a timer that never
- * keeps the process alive.
+ * scripts are tested against. Several blocks are decided all-or-nothing, as
+ * the multi script does: every step is computed first, and states are stored
+ * only when every enforced block admits. Expired entries are swept on a timer
+ * that never keeps the process alive.
  */
 export class MemoryStore implements Store {
   readonly #entries = new Map<string, Entry>()
@@ -27,17 +29,50 @@ export class MemoryStore implements Store {
     this.#sweeper.unref()
   }
 
-  consume (policy: CompiledPolicy, key: string, cost: number): Promise<RawDecision> {
-    return Promise.resolve(this.consumeNow(policy.algorithm, policy.params, key, cost))
+  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean): Promise<RawDecision[]> {
+    return Promise.resolve(this.decideNow(runs, keys, costs, dry))
   }
 
-  consumeNow (algorithm: AlgorithmName, params: CompiledPolicy['params'], key: string, cost: number): RawDecision {
-    const now = this.#clock()
-    const entry = this.#entries.get(key)
-    const current = entry !== undefined && entry.expiresAt > now ? entry.state : undefined
-    const step = memoryAlgorithms[algorithm].step(current, params, cost, now)
-    if (step.state !== undefined) this.#entries.set(key, { state: step.state, expiresAt: now + step.ttlMs })
-    return step.decision
+  decideNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean, now: number = this.#clock()): RawDecision[] {
+    const steps: Array<MemoryStep<unknown>> = []
+    let admit = true
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      const key = keys[i] as string
+      const entry = this.#entries.get(key)
+      const current = entry !== undefined && entry.expiresAt > now ? entry.state : undefined
+      const step = memoryAlgorithms[run.algorithm].step(current, run.params, costs[i] as number, now)
+      steps.push(step)
+      if (!step.decision.allowed && !run.shadow) admit = false
+    }
+    if (admit && !dry) {
+      for (let i = 0; i < runs.length; i++) {
+        const step = steps[i] as MemoryStep<unknown>
+        if (step.decision.allowed && step.state !== undefined) this.#entries.set(keys[i] as string, { state: step.state, expiresAt: now + step.ttlMs })
+      }
+    }
+    return steps.map((step) => step.decision)
+  }
+
+  async refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
+    return this.refundNow(runs, keys, costs, elapsedMs)
+  }
+
+  refundNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number, now: number = this.#clock()): boolean[] {
+    return runs.map((run, i) => {
+      const key = keys[i] as string
+      const entry = this.#entries.get(key)
+      const current = entry !== undefined && entry.expiresAt > now ? entry.state : undefined
+      const given = memoryAlgorithms[run.algorithm].refund?.(current, run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
+      if (given === undefined) return false
+      if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
+      else this.#entries.set(key, { state: given.state, expiresAt: now + given.ttlMs })
+      return true
+    })
+  }
+
+  async reset (keys: readonly string[]): Promise<void> {
+    for (const key of keys) this.#entries.delete(key)
   }
 
   /** Drops entries whose state no longer matters. */

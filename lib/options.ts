@@ -1,14 +1,15 @@
+import type { FastifyRequest } from 'fastify'
 import { FST_RRL_INVALID_OPTION } from './errors.js'
 import type { IdentityFunction } from './identity.js'
-import { MAX_PREFIX_LENGTH } from './keys.js'
-import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitPluginOptions } from './types.js'
+import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
+import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
   store: 'redis' | 'memory'
   redis: RateLimitPluginOptions['redis']
   prefix: string
-  defaultLimit: RateLimitBlock | undefined
+  defaultLimit: RateLimitBlock | RateLimitBlock[] | undefined
   onRedisError: FailurePolicy
   timeout: number
   headers: HeaderMode
@@ -16,9 +17,23 @@ export interface ResolvedOptions {
   apiKey: IdentityFunction | undefined
   ipv6Subnet: number
   clock: (() => number) | undefined
+  /** HMAC key for identity hashes, as a private copy; undefined: plain SHA-256. */
+  hashSecret: Buffer | undefined
+  globalLimits: RateLimitBlock[]
+  /** Deny cache size; 0 = off. */
+  denyCacheMax: number
+  mode: RateLimitMode
+  tier: ((request: FastifyRequest) => string | undefined) | undefined
+  policies: Record<string, RateLimitBlock | RateLimitBlock[]>
+  printPolicies: boolean
+  metrics: boolean
 }
 
-const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock'])
+const MAX_DENY_CACHE = 1_000_000
+const MAX_GLOBAL_BLOCKS = 16
+const POLICY_NAME = /^[\x20-\x7e]{1,64}$/
+
+const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -27,6 +42,17 @@ function optionalFunction (name: string, value: unknown): IdentityFunction | und
   if (value === undefined) return undefined
   if (typeof value !== 'function') throw new FST_RRL_INVALID_OPTION(name, `must be a function (request) => string | undefined (got ${typeof value})`)
   return value as IdentityFunction
+}
+
+/** `hashSecret`: a string (UTF-8) or Buffer/Uint8Array of at least MIN_SECRET_BYTES bytes. The value is never echoed. */
+function resolveHashSecret (value: unknown): Buffer | undefined {
+  if (value === undefined) return undefined
+  let bytes: Buffer
+  if (typeof value === 'string') bytes = Buffer.from(value, 'utf8')
+  else if (value instanceof Uint8Array) bytes = Buffer.from(value)
+  else throw new FST_RRL_INVALID_OPTION('hashSecret', `must be a string or a Buffer (got ${value === null ? 'null' : typeof value})`)
+  if (bytes.length < MIN_SECRET_BYTES) throw new FST_RRL_INVALID_OPTION('hashSecret', `must be at least ${MIN_SECRET_BYTES} bytes (got ${bytes.length}); use e.g. crypto.randomBytes(32) kept in your secret store`)
+  return bytes
 }
 
 /** Validates the plugin options at register time; every mistake is a coded error naming the option. */
@@ -68,24 +94,66 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
   }
 
   const defaultLimit = options.defaultLimit
-  if (defaultLimit !== undefined && (defaultLimit === null || typeof defaultLimit !== 'object' || Array.isArray(defaultLimit))) {
-    throw new FST_RRL_INVALID_OPTION('defaultLimit', 'must be a rate limit block like { limit: 100, window: \'1m\' }')
+  if (defaultLimit !== undefined && (defaultLimit === null || typeof defaultLimit !== 'object' || (Array.isArray(defaultLimit) && defaultLimit.length === 0))) {
+    throw new FST_RRL_INVALID_OPTION('defaultLimit', 'must be a rate limit block like { limit: 100, window: \'1m\' } (or an array of blocks)')
+  }
+
+  const globalLimits = options.globalLimits ?? []
+  if (!Array.isArray(globalLimits) || globalLimits.length > MAX_GLOBAL_BLOCKS) {
+    throw new FST_RRL_INVALID_OPTION('globalLimits', `must be an array of 0 to ${MAX_GLOBAL_BLOCKS} rate limit blocks (got ${Array.isArray(globalLimits) ? `${globalLimits.length} blocks` : typeof globalLimits})`)
+  }
+
+  const denyCache = options.denyCache ?? {}
+  let denyCacheMax = 10_000
+  if (denyCache === false) denyCacheMax = 0
+  else if (denyCache === null || typeof denyCache !== 'object' || Array.isArray(denyCache) || Object.keys(denyCache).some((key) => key !== 'max')) {
+    throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
+  } else if ((denyCache as { max?: unknown }).max !== undefined) {
+    const max = (denyCache as { max?: unknown }).max
+    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${String(max)})`)
+    denyCacheMax = max
+  }
+
+  const mode = options.mode ?? 'enforce'
+  if (mode !== 'enforce' && mode !== 'shadow') throw new FST_RRL_INVALID_OPTION('mode', `must be 'enforce' or 'shadow' (got ${JSON.stringify(mode)})`)
+
+  const tier = options.tier
+  if (tier !== undefined && typeof tier !== 'function') throw new FST_RRL_INVALID_OPTION('tier', 'must be a function (request) => string | undefined')
+
+  const policies = options.policies ?? {}
+  if (policies === null || typeof policies !== 'object' || Array.isArray(policies)) throw new FST_RRL_INVALID_OPTION('policies', 'must be an object { name: block or array of blocks }')
+  for (const name of Object.keys(policies)) {
+    if (!POLICY_NAME.test(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use 1 to 64 printable ASCII characters`)
+  }
+
+  for (const flag of ['printPolicies', 'metrics'] as const) {
+    if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new FST_RRL_INVALID_OPTION(flag, `must be true or false (got ${typeof options[flag]})`)
   }
 
   const clock = options.clock
   if (clock !== undefined && typeof clock !== 'function') throw new FST_RRL_INVALID_OPTION('clock', 'must be a function returning milliseconds since the epoch')
 
+  const hashSecret = resolveHashSecret(options.hashSecret)
+
   return {
     store,
     redis: redis as ResolvedOptions['redis'],
     prefix,
-    defaultLimit: defaultLimit as RateLimitBlock | undefined,
+    defaultLimit: defaultLimit as RateLimitBlock | RateLimitBlock[] | undefined,
     onRedisError,
     timeout,
     headers,
     user: optionalFunction('user', options.user),
     apiKey: optionalFunction('apiKey', options.apiKey),
     ipv6Subnet,
-    clock: clock as (() => number) | undefined
+    clock: clock as (() => number) | undefined,
+    hashSecret,
+    globalLimits: globalLimits as RateLimitBlock[],
+    denyCacheMax,
+    mode,
+    tier: tier as ResolvedOptions['tier'],
+    policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
+    printPolicies: options.printPolicies === true,
+    metrics: options.metrics !== false
   }
 }

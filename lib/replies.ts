@@ -20,7 +20,8 @@ function instanceOf (request: FastifyRequest, policy: CompiledPolicy): string {
   return query === -1 ? request.url : request.url.slice(0, query)
 }
 
-export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retrySeconds: number): FastifyReply {
+/** `violated` names every enforced policy that refused the request. */
+export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retrySeconds: number, violated: string[]): FastifyReply {
   reply.code(429).header('retry-after', retrySeconds).type(PROBLEM_TYPE)
   return reply.send(JSON.stringify({
     type: QUOTA_EXCEEDED,
@@ -28,7 +29,7 @@ export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply,
     status: 429,
     detail: `Rate limit exceeded; retry in ${retrySeconds} second${retrySeconds === 1 ? '' : 's'}.`,
     instance: instanceOf(request, policy),
-    'violated-policies': [policy.name]
+    'violated-policies': violated
   }))
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import type { AlgorithmName } from './algorithm-types.js'
 import type { IdentityFunction, IdentityPartSpec } from './identity.js'
@@ -8,17 +8,21 @@ export type { IdentityFunction, IdentityPartSpec } from './identity.js'
 
 export type FailurePolicy = 'open' | 'closed'
 export type HeaderMode = 'ietf' | 'legacy' | 'both' | false
+/** `'enforce'` refuses over-limit requests; `'shadow'` decides and records but never refuses. */
+export type RateLimitMode = 'enforce' | 'shadow'
+/** A count, or a count per tier: `{ default: 60, pro: 600 }` (the `default` tier is required). */
+export type TieredCount = number | ({ default: number } & Record<string, number>)
 
 /** One route's declared limit: `config: { rateLimit: { ... } }`. */
 export interface RateLimitBlock {
-  /** Requests per window; for token-bucket/gcra the sustained rate is `limit` per `window`. */
-  limit: number
+  /** Requests per window; for token-bucket/gcra the sustained rate is `limit` per `window`. A tier map needs `default`. */
+  limit: TieredCount
   /** Milliseconds, or `'500ms'`, `'1s'`, `'1m'`, `'15m'`, `'1h'`, `'1d'`. */
   window: number | string
   /** Default `'sliding-window'`. */
   algorithm?: AlgorithmName
-  /** Token-bucket / GCRA capacity; default `limit`. */
-  burst?: number
+  /** Token-bucket / GCRA capacity; default `limit`. May be a tier map too. */
+  burst?: TieredCount
   /** Identity part(s); default: the user when `user(request)` gives one, else the IP. */
   by?: IdentityPartSpec | IdentityPartSpec[]
   /** Units this request spends; default 1. */
@@ -27,6 +31,14 @@ export interface RateLimitBlock {
   onRedisError?: FailurePolicy
   /** Name shown in `RateLimit-Policy` and `violated-policies`; default derived from method and route. */
   name?: string
+  /** `'shadow'`: decide and record, never refuse; default: the plugin's `mode`. */
+  mode?: RateLimitMode
+  /**
+   * Return the units this request spent when its reply matches, e.g.
+   * `(reply) => reply.statusCode >= 500` (fixed-window, sliding-window,
+   * token-bucket and gcra; not sliding-log).
+   */
+  refundOn?: (reply: FastifyReply) => boolean
 }
 
 export interface RateLimitPluginOptions {
@@ -51,6 +63,34 @@ export interface RateLimitPluginOptions {
   /** IPv6 prefix length that counts as one caller; default 64. */
   ipv6Subnet?: number
   /**
+   * Key for the identity hashes (HMAC-SHA256 instead of SHA-256): at least 16
+   * bytes, the same on every instance. Without it, anyone who can read key
+   * names can test guesses (a username, a leaked API key) against them.
+   * Changing it gives every caller new key names: all buckets start empty.
+   */
+  hashSecret?: string | Buffer
+  /**
+   * Blocks that apply to every limited route, counted per identity across all
+   * routes (e.g. 300/min per user). Decided in the same script call as the
+   * route's own blocks, all-or-nothing. Each block's `by` default applies.
+   */
+  globalLimits?: RateLimitBlock[]
+  /**
+   * Local deny cache: after the store refuses a key, this instance refuses it
+   * by itself until the store's retry time. Default `{ max: 10000 }`; `false` turns it off.
+   */
+  denyCache?: false | { max?: number }
+  /** Default mode of every block; default `'enforce'`. */
+  mode?: RateLimitMode
+  /** The tier of a request, for blocks whose `limit`/`burst` are tier maps; unknown or undefined → `default`. */
+  tier?: (request: FastifyRequest) => string | undefined
+  /** Named limits outside HTTP routes, for `fastify.rateLimit.consume(name, identity)`. */
+  policies?: Record<string, RateLimitBlock | RateLimitBlock[]>
+  /** Log a table of every route's limits at ready() (info level). Default false. */
+  printPolicies?: boolean
+  /** Record OpenTelemetry metrics when @opentelemetry/api is installed; default true. */
+  metrics?: boolean
+  /**
    * Test clock: milliseconds since the epoch. When set, scripts use it instead
    * of Redis `TIME`. For tests only; production uses the Redis clock.
    */
@@ -68,24 +108,73 @@ export interface RateLimitDecision {
   policy: string
   /** True when the store failed and the route's onRedisError decided instead. */
   degraded: boolean
+  /** `'shadow-limited'`: a shadow policy would have refused; the request went on. */
+  outcome: 'allowed' | 'limited' | 'shadow-limited' | 'degraded'
+  /** The tier applied, when the route has tier maps. */
+  tier: string | undefined
+  /** Every policy decided for this request (the top-level fields are the binding one's). */
+  policies: RateLimitPolicyDecision[]
+}
+
+/** One policy's part of a decision. */
+export interface RateLimitPolicyDecision {
+  policy: string
+  allowed: boolean
+  limit: number
+  /** Units left now (nothing is charged on a refused request). */
+  remaining: number
+  resetMs: number
+  retryAfterMs: number
+  shadow: boolean
+  tier: string | undefined
+}
+
+/** One block of a route's (or a named policy's) limits. */
+export interface PolicyBlockSummary {
+  name: string
+  algorithm: AlgorithmName
+  /** The `default` tier's values when the block has tiers. */
+  limit: number
+  windowMs: number
+  burst: number
+  by: string[]
+  onRedisError: FailurePolicy
+  /** Whether it came from `defaultLimit` rather than the route itself. */
+  fromDefault: boolean
+  mode: RateLimitMode
+  /** Whether it comes from `globalLimits`. */
+  global: boolean
+  /** Per tier name: its limit and burst (undefined without tiers). */
+  tiers: Record<string, { limit: number, burst: number }> | undefined
+  refunds: boolean
 }
 
 /** One route's effective limit, as listed by `fastify.rateLimit.policies()`. */
 export interface PolicySummary {
   method: string
   url: string
-  /** `false` for routes that opted out with `rateLimit: false`. */
-  limit: false | {
-    name: string
-    algorithm: AlgorithmName
-    limit: number
-    windowMs: number
-    burst: number
-    by: string[]
-    onRedisError: FailurePolicy
-    /** Whether it came from `defaultLimit` rather than the route itself. */
-    fromDefault: boolean
-  }
+  /** The route's first block; `false` for routes that opted out with `rateLimit: false`. */
+  limit: false | PolicyBlockSummary
+  /** Every block decided for the route's requests: its own, then the global ones (empty when opted out). */
+  limits: PolicyBlockSummary[]
+}
+
+/**
+ * Names a caller for the programmatic API: the values the policy's `by`
+ * parts would read from a request. `user` and `apiKey` stand for what the
+ * plugin's `user(request)` / `apiKey(request)` would return; function parts
+ * are called with `{ ip, headers, params, body }`. A part left out falls back
+ * to `ip`, as on a request.
+ */
+export interface RateLimitIdentity {
+  ip?: string
+  user?: string
+  apiKey?: string
+  headers?: Record<string, string>
+  params?: Record<string, string>
+  body?: Record<string, unknown>
+  /** Tier for blocks with tier maps; default `default`. */
+  tier?: string
 }
 
 export interface RateLimitStats {
@@ -93,6 +182,10 @@ export interface RateLimitStats {
   limited: number
   /** Decisions the store could not take (errors and timeouts); onRedisError applied. */
   degraded: number
+  /** Admitted requests a shadow policy would have refused (also counted in `allowed`). */
+  shadowLimited: number
+  /** Requests whose units were given back by refundOn. */
+  refunded: number
 }
 
 export interface RateLimitApi {
@@ -100,11 +193,24 @@ export interface RateLimitApi {
   policies: () => PolicySummary[]
   /** Counters since startup, for metrics and alerts. */
   stats: () => RateLimitStats
+  /**
+   * What a request of `cost` (default 1) would get now, charging nothing.
+   * `target`: a route (`'GET /orders/:id'`), a block or named policy name.
+   */
+  peek: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /** Deletes the caller's state for every block of `target` (and this instance's deny-cache entries). */
+  reset: (target: string, identity: RateLimitIdentity) => Promise<void>
+  /**
+   * Charges `cost` (default 1) to the caller, all-or-nothing over every block of
+   * `target`, as a request would: for jobs, websockets, queues. Never throws
+   * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
+   */
+  consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
 }
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    rateLimit?: RateLimitBlock | false
+    rateLimit?: RateLimitBlock | RateLimitBlock[] | false
   }
   interface FastifyRequest {
     rateLimit: RateLimitDecision | null

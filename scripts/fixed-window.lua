@@ -1,6 +1,8 @@
 #!lua
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME)
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
+--   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
+--   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
 -- State: one string "idx:count" (window index, units consumed in that window).
 -- A stored index other than the current one counts as zero, so a stale key
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
@@ -9,6 +11,7 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
+local dry = ARGV[6] == '1'
 local now
 if ARGV[5] == nil or ARGV[5] == '' then
   local t = redis.call('TIME')
@@ -39,6 +42,15 @@ if stored then
 end
 
 local toEnd = (idx + 1) * w - now
+
+if ARGV[6] == '2' then
+  -- refund, only while the window it was spent in is still the current one
+  if count == 0 or idiv(now - (tonumber(ARGV[7]) or 0), w) ~= idx then return { 0 } end
+  count = count - cost
+  if count < 0 then count = 0 end
+  redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+  return { 1 }
+end
 local available = limit - count
 if available < 0 then available = 0 end
 
@@ -54,5 +66,5 @@ if count + cost > limit then
 end
 
 count = count + cost
-redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+if not dry then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
 return { 1, limit - count, toEnd, 0 }

@@ -1,7 +1,9 @@
 #!lua
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
 -- a fresh key admits `burst` units at once, then one unit every I ms.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME)
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
+--   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
+--   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
 -- Exact integer arithmetic in units of 1/limit ms, relative to now: I = W units and
 -- the tolerance window is burst * W units (<= 8.64e15 < 2^53).
 -- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
@@ -12,6 +14,7 @@ local limit = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+local dry = ARGV[6] == '1'
 local now
 if ARGV[5] == nil or ARGV[5] == '' then
   local t = redis.call('TIME')
@@ -54,6 +57,18 @@ if stored then
   end
 end
 
+if ARGV[6] == '2' then
+  -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
+  local rd = d - cost * w
+  if rd <= 0 then
+    redis.call('DEL', key)
+    return { 1 }
+  end
+  local rwhole = idiv(rd, limit)
+  redis.call('SET', key, string.format('%d:%d', now + rwhole, rd - rwhole * limit), 'PX', cdiv(rd, limit))
+  return { 1 }
+end
+
 if cost > burst then
   return { 0, idiv(cap - d, w), cdiv(d, limit), w }
 end
@@ -64,5 +79,5 @@ end
 
 local whole = idiv(nd, limit)
 local reset = cdiv(nd, limit)
-redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset)
+if not dry then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
 return { 1, idiv(cap - nd, w), reset, 0 }

@@ -1,6 +1,8 @@
 #!lua
 -- sliding-log: one sorted-set entry per admitted unit, score = now (ms).
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME)
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
+--   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
+--   '2' = refund, which sliding-log does not support: returns { 0 } and changes nothing)
 -- An entry with score s counts while now < s + W (evicted once s <= now - W).
 -- Members are "<now>:<seq>", seq = entries left after eviction + i. With a clock that
 -- never goes backwards, every earlier call at the same ms saw no more entries than this one,
@@ -13,6 +15,7 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
+local dry = ARGV[6] == '1'
 local now
 if ARGV[5] == nil or ARGV[5] == '' then
   local t = redis.call('TIME')
@@ -21,11 +24,13 @@ else
   now = math.floor(tonumber(ARGV[5]))
 end
 local nowStr = string.format('%d', now)
+if ARGV[6] == '2' then return { 0 } end
 
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
 local count = redis.call('ZCARD', key)
 
 if cost <= limit and count + cost <= limit then
+  if dry then return { 1, limit - count - cost, w, 0 } end
   local chunk = 1000
   local added = 0
   local first = 1

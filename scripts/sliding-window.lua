@@ -1,6 +1,8 @@
 #!lua
 -- sliding-window (counter): estimate = floor(prev * (W - elapsed) / W) + cur
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME)
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
+--   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
+--   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
 -- State: one string "idx:cur:prev". When the window index has advanced by 1 the
 -- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
@@ -8,6 +10,7 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
+local dry = ARGV[6] == '1'
 local now
 if ARGV[5] == nil or ARGV[5] == '' then
   local t = redis.call('TIME')
@@ -44,6 +47,22 @@ if stored then
       prev = scur
     end
   end
+end
+
+if ARGV[6] == '2' then
+  -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
+  local atIdx = idiv(now - (tonumber(ARGV[7]) or 0), w)
+  if atIdx == idx and cur > 0 then
+    cur = cur - cost
+    if cur < 0 then cur = 0 end
+  elseif atIdx == idx - 1 and prev > 0 then
+    prev = prev - cost
+    if prev < 0 then prev = 0 end
+  else
+    return { 0 }
+  end
+  redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+  return { 1 }
 end
 
 -- ms from now until the estimate is 0 (quota fully restored)
@@ -89,6 +108,6 @@ if estimate + cost > limit then
 end
 
 cur = cur + cost
-redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+if not dry then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
 local remaining = limit - estimate - cost
 return { 1, remaining, resetMs(cur, prev), 0 }

@@ -1,6 +1,8 @@
 #!lua
 -- token-bucket: capacity = burst, refill = limit per windowMs, a new bucket is full.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME)
+-- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
+--   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
+--   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
 -- Exact integer arithmetic: tokens are scaled by windowMs (one token = W units,
 -- capacity = burst * W <= 8.64e15 < 2^53) and the bucket gains `limit` units per ms.
 -- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
@@ -11,6 +13,7 @@ local limit = tonumber(ARGV[1])
 local w = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+local dry = ARGV[6] == '1'
 local now
 if ARGV[5] == nil or ARGV[5] == '' then
   local t = redis.call('TIME')
@@ -70,6 +73,17 @@ local function resetMs (t)
   return lag + cdiv(cap - t, limit)
 end
 
+if ARGV[6] == '2' then
+  -- refund: the tokens go back into the bucket as it is now, up to its capacity
+  tokens = tokens + cost * w
+  if tokens >= cap then
+    redis.call('DEL', key)
+    return { 1 }
+  end
+  redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens))
+  return { 1 }
+end
+
 if cost > burst then
   return { 0, idiv(tokens, w), resetMs(tokens), w }
 end
@@ -80,5 +94,5 @@ end
 
 tokens = tokens - need
 local reset = resetMs(tokens)
-redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset)
+if not dry then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
 return { 1, idiv(tokens, w), reset, 0 }

@@ -242,7 +242,7 @@ test('opted-out routes never touch Redis', async (t) => {
   t.same(await redis.keys(`${prefix}:*`), [])
 })
 
-test('each rejection is logged once with route, identity kind, policy and limit, never the identity value', async (t) => {
+test('rejections are logged once per identity per window with route, identity kind, policy and limit, never the identity value', async (t) => {
   const lines: Array<Record<string, unknown>> = []
   const stream = { write: (line: string) => { lines.push(JSON.parse(line)) } }
   const { app } = await setup(t, {}, { logger: { level: 'info', stream } })
@@ -250,7 +250,11 @@ test('each rejection is logged once with route, identity kind, policy and limit,
   await app.ready()
   for (let i = 0; i < 3; i++) await app.inject({ method: 'POST', url: '/login', payload: { username: 'carol-secret-name' } })
   const rejections = lines.filter((line) => line.msg === 'rate limit exceeded')
-  t.equal(rejections.length, 2)
+  t.equal(rejections.length, 1, 'two rejections of one identity in one window: one line, not one per request')
   t.match(rejections[0], { route: 'POST /login', identityKind: ['ip', 'body'], policy: 'login', limit: 1 })
+  await app.inject({ method: 'POST', url: '/login', payload: { username: 'another-user' } })
+  t.equal(lines.filter((line) => line.msg === 'rate limit exceeded').length, 1, 'another identity is admitted: nothing logged')
+  await app.inject({ method: 'POST', url: '/login', payload: { username: 'another-user' } })
+  t.equal(lines.filter((line) => line.msg === 'rate limit exceeded').length, 2, 'another identity rejected: its own line')
   t.notMatch(JSON.stringify(lines), /carol-secret-name/, 'the username appears in no log line')
 })

@@ -31,7 +31,17 @@ test('every plugin option is validated at register with a coded error naming it'
     [{ apiKey: 42 }, /`apiKey`/],
     [{ defaultLimit: [] }, /`defaultLimit`/],
     [{ clock: 5 }, /`clock`/],
-    [{ limit: 5 }, /`limit` is not an option/]
+    [{ limit: 5 }, /`limit` is not an option/],
+    [{ globalLimits: { limit: 5, window: '1m' } }, /`globalLimits`/],
+    [{ denyCache: true }, /`denyCache`/],
+    [{ denyCache: { max: 0 } }, /`denyCache`/],
+    [{ denyCache: { size: 10 } }, /`denyCache`/],
+    [{ mode: 'observe' }, /`mode`/],
+    [{ tier: 'pro' }, /`tier`/],
+    [{ policies: [] }, /`policies`/],
+    [{ policies: { '': { limit: 1, window: '1s' } } }, /`policies`/],
+    [{ printPolicies: 'yes' }, /`printPolicies`/],
+    [{ metrics: 1 }, /`metrics`/]
   ]
   for (const [options, message] of cases) {
     const app = Fastify()
@@ -118,7 +128,14 @@ test('an invalid route block fails startup with a coded error naming the route a
     [{ limit: 10, window: '1m', name: 'bad\nname' }, 'name'],
     [{ limit: 10, window: '1m', name: '' }, 'name'],
     [{ limit: 10, window: '1m', limt: 5 }, 'limt', /not a rate limit field/],
-    [[{ limit: 10, window: '1m' }], 'rateLimit'],
+    [[], 'rateLimit'],
+    [[{ limit: 10, window: '1m' }, { limit: 0, window: '1h' }], 'rateLimit\\[1\\]\\.limit'],
+    [[{ limit: 10, window: '1m', name: 'a' }, { limit: 100, window: '1h', name: 'a' }], 'name', /used by two blocks/],
+    [{ limit: 10, window: '1m', mode: 'dry' }, 'mode'],
+    [{ limit: 10, window: '1m', refundOn: true }, 'refundOn'],
+    [{ limit: 10, window: '1m', algorithm: 'sliding-log', refundOn: () => true }, 'refundOn', /sliding-log/],
+    [{ limit: { pro: 10 }, window: '1m' }, 'limit', /fallback tier 'default'/],
+    [{ limit: { default: 10, 'bad tier': 5 }, window: '1m' }, 'limit', /tier name/],
     ['fast', 'rateLimit']
   ]
   for (const [block, field, message] of cases) {

@@ -1,0 +1,101 @@
+/*
+ * The local deny cache: after the store rejects a key with retryAfterMs, this
+ * instance refuses that key by itself until then, without a store round trip.
+ *
+ * - Never admits: it only ever answers "rejected", and a miss goes to the store.
+ * - Never rejects longer than the store said: an entry ends at
+ *   (local time when the request was sent) + retryAfterMs, which is no later
+ *   than the store's own moment + retryAfterMs, and it only applies to requests
+ *   that cost at least as much as the rejected one (a cheaper request might fit
+ *   sooner) under the same limits (a caller who changed tier is asked again).
+ * - Bounded: a Map in least-recently-used order; the oldest entry goes first.
+ * - Per instance: reset() (the API) clears it here; other instances' entries
+ *   run out by themselves, at most retryAfterMs later.
+ */
+
+export interface DenyEntry {
+  /** Local ms (the plugin clock) until which the key is refused. */
+  until: number
+  /** Cost of the rejected request: cheaper requests are not answered from here. */
+  cost: number
+  /** `remaining` as the store reported it. */
+  remaining: number
+  /**
+   * The limits the store decided with (a tier's run): a request of another
+   * tier may fit sooner, so it is not answered from this entry.
+   */
+  run: object
+}
+
+export class DenyCache {
+  readonly #max: number
+  readonly #entries = new Map<string, DenyEntry>()
+
+  constructor (max: number) {
+    this.#max = max
+  }
+
+  get size (): number {
+    return this.#entries.size
+  }
+
+  /** The live entry for `key` that covers a request of `cost` at `now`, if any. */
+  get (key: string, cost: number, now: number, run: object): DenyEntry | undefined {
+    const entry = this.#entries.get(key)
+    if (entry === undefined) return undefined
+    if (entry.until <= now) {
+      this.#entries.delete(key)
+      return undefined
+    }
+    if (cost < entry.cost || run !== entry.run) return undefined
+    // most recently used goes last
+    this.#entries.delete(key)
+    this.#entries.set(key, entry)
+    return entry
+  }
+
+  set (key: string, until: number, cost: number, remaining: number, run: object): void {
+    const entries = this.#entries
+    entries.delete(key)
+    entries.set(key, { until, cost, remaining, run })
+    if (entries.size > this.#max) {
+      const oldest = entries.keys().next().value
+      if (oldest !== undefined) entries.delete(oldest)
+    }
+  }
+
+  delete (key: string): void {
+    this.#entries.delete(key)
+  }
+
+  clear (): void {
+    this.#entries.clear()
+  }
+}
+
+/**
+ * Remembers, per key, until when an event has been reported: rejections log
+ * once per identity per window, not once per request under a flood. Bounded
+ * like the deny cache (an evicted key may log once more, never less).
+ */
+export class OncePerWindow {
+  readonly #max: number
+  readonly #until = new Map<string, number>()
+
+  constructor (max = 10_000) {
+    this.#max = max
+  }
+
+  /** True the first time for `key` until `until`; false while that window lasts. */
+  first (key: string, now: number, until: number): boolean {
+    const known = this.#until.get(key)
+    if (known !== undefined && known > now) return false
+    this.#until.delete(key)
+    this.#until.set(key, until)
+    if (this.#until.size > this.#max) {
+      const oldest = this.#until.keys().next().value
+      if (oldest !== undefined) this.#until.delete(oldest)
+    }
+    return true
+  }
+}

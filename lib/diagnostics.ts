@@ -1,0 +1,112 @@
+import diagnostics from 'node:diagnostics_channel'
+
+/*
+ * Observability without a dependency: every decision is published on
+ * node:diagnostics_channel (free when nobody subscribes), and, when the
+ * application has @opentelemetry/api installed, recorded as OpenTelemetry
+ * metrics through whatever MeterProvider it registered globally. The import is
+ * dynamic: without the package the plugin works and records nothing.
+ */
+
+/** Channel names (stable, part of the public API). */
+export const CHANNELS = {
+  /** One message per decision: see DecisionMessage. */
+  decision: 'fastify-redis-rate-limit:decision',
+  /** One message per store failure (Redis error, timeout, bad reply). */
+  storeError: 'fastify-redis-rate-limit:store-error'
+} as const
+
+export type Outcome = 'allowed' | 'limited' | 'shadow-limited' | 'degraded'
+export type DecisionSource = 'store' | 'deny-cache' | 'api'
+
+/** What the decision channel carries. Never an identity value: only its kinds. */
+export interface DecisionMessage {
+  /** `GET /orders/:id`, or `api <policy>` for fastify.rateLimit.consume(). */
+  route: string
+  /** The binding policy: the violated one with the latest retry, else the one with the fewest units left. */
+  policy: string
+  outcome: Outcome
+  /** Names of the enforced policies that refused the request (empty unless limited). */
+  violated: string[]
+  /** Names of the shadow policies that would have refused it. */
+  shadowViolated: string[]
+  /** Tier applied, when the route has tier maps. */
+  tier: string | undefined
+  /** Whether the store was asked (`store`), the local deny cache answered (`deny-cache`), or the API (`api`). */
+  source: DecisionSource
+  /** Milliseconds from the start of the decision to its end (performance.now()). */
+  durationMs: number
+  /** The identity parts used, e.g. ['user'] or ['ip', 'body']: kinds only. */
+  identityKinds: string[]
+}
+
+export interface StoreErrorMessage {
+  route: string
+  cause: StoreErrorCause
+  error: unknown
+}
+
+export type StoreErrorCause = 'timeout' | 'unavailable' | 'bad-reply' | 'other'
+
+export const decisionChannel = diagnostics.channel(CHANNELS.decision)
+export const storeErrorChannel = diagnostics.channel(CHANNELS.storeError)
+
+export function errorCause (error: unknown): StoreErrorCause {
+  const code = (error as { code?: unknown } | null)?.code
+  if (code === 'FST_RRL_REDIS_TIMEOUT') return 'timeout'
+  if (code === 'FST_RRL_REDIS_UNAVAILABLE') return 'unavailable'
+  if (code === 'FST_RRL_BAD_SCRIPT_REPLY') return 'bad-reply'
+  return 'other'
+}
+
+/** The instruments, once @opentelemetry/api is loaded. */
+export interface Metrics {
+  decision: (route: string, policy: string, outcome: Outcome, durationMs: number) => void
+  storeError: (route: string, cause: StoreErrorCause) => void
+  denyCacheHit: (route: string, policy: string) => void
+}
+
+/** Instrument names (stable, part of the public API). */
+export const METRICS = {
+  decisions: 'rate_limit.decisions',
+  duration: 'rate_limit.decision.duration',
+  storeErrors: 'rate_limit.store.errors',
+  denyCacheHits: 'rate_limit.deny_cache.hits'
+} as const
+
+interface Counter { add: (value: number, attributes?: Record<string, string>) => void }
+interface Histogram { record: (value: number, attributes?: Record<string, string>) => void }
+interface Meter {
+  createCounter: (name: string, options?: { description?: string, unit?: string }) => Counter
+  createHistogram: (name: string, options?: { description?: string, unit?: string }) => Histogram
+}
+
+/**
+ * Creates the instruments from the global MeterProvider, or returns undefined
+ * when @opentelemetry/api cannot be imported or no MeterProvider is registered
+ * (the no-op meter: nothing would be recorded, so nothing is measured). Called
+ * at ready(), so an SDK registered after the plugin but before ready() is used.
+ */
+export async function loadMetrics (): Promise<Metrics | undefined> {
+  let meter: Meter
+  try {
+    const api = await import('@opentelemetry/api')
+    meter = api.metrics.getMeter('fastify-redis-rate-limit') as unknown as Meter
+    // No SDK registered: the API hands out a no-op meter; skip the per-request work entirely.
+    if (meter.constructor === api.createNoopMeter().constructor) return undefined
+  } catch {
+    return undefined
+  }
+  const decisions = meter.createCounter(METRICS.decisions, { description: 'Rate limit decisions by route, policy and outcome' })
+  const duration = meter.createHistogram(METRICS.duration, { description: 'Time to take a rate limit decision', unit: 'ms' })
+  const storeErrors = meter.createCounter(METRICS.storeErrors, { description: 'Rate limiter store failures by cause' })
+  const denyHits = meter.createCounter(METRICS.denyCacheHits, { description: 'Requests refused by the local deny cache without a store round trip' })
+  return {
+    decision: (route, policy, outcome, durationMs) => {
+      decisions.add(1, { route, policy, outcome })
+      duration.record(durationMs, { route, outcome })
+    },
+    storeError: (route, cause) => { storeErrors.add(1, { route, cause }) },
+    denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) }
+  }
+}

@@ -1,0 +1,439 @@
+/**
+ * Real Redis topologies for the fault, cluster and sentinel suites, on free
+ * loopback ports, each server in its own temporary directory:
+ *
+ * - startServer(): one redis-server the test may stop, restart on the same
+ *   port, hang (SIGSTOP) and resume (SIGCONT);
+ * - startCluster(): three masters, `redis-cli --cluster create`, and a wait
+ *   until every node says cluster_state:ok;
+ * - startSentinel(): a master, a replica and one sentinel started from a
+ *   writable config file with `redis-server FILE --sentinel`;
+ * - startProxy(): a loopback TCP proxy that forwards, drops server→client
+ *   replies, pauses both directions, or cuts every connection.
+ *
+ * Every process is a child of the test process, tracked in one set and killed
+ * in stop(), and again (SIGKILL) when the test process exits for any reason,
+ * so a failing test never leaves a redis-server behind.
+ */
+import { spawn, execFile, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer, connect, type Server, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { Redis } from 'ioredis'
+import { freePort } from './redis.js'
+
+const execFileAsync = promisify(execFile)
+const HOST = '127.0.0.1'
+
+const live = new Set<ChildProcess>()
+const dirs = new Set<string>()
+let exitHookInstalled = false
+
+function killEverything (): void {
+  for (const child of live) {
+    try { if (child.pid !== undefined) process.kill(child.pid, 'SIGCONT') } catch {}
+    try { child.kill('SIGKILL') } catch {}
+  }
+  live.clear()
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+  dirs.clear()
+}
+
+function installExitHook (): void {
+  if (exitHookInstalled) return
+  exitHookInstalled = true
+  process.once('exit', killEverything)
+  // tap ends a timed-out test file with SIGTERM: clean up, then die as asked.
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      killEverything()
+      process.exit(128 + (signal === 'SIGTERM' ? 15 : 2))
+    })
+  }
+}
+
+export function tempDir (label: string): string {
+  const dir = mkdtempSync(join(tmpdir(), `rrl-${label}-`))
+  dirs.add(dir)
+  return dir
+}
+
+const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
+
+/** A throwaway client that fails fast: for probing and administering servers, never for the plugin. */
+export function adminClient (port: number): Redis {
+  const client = new Redis({ port, host: HOST, enableOfflineQueue: true, maxRetriesPerRequest: 1, connectTimeout: 2000, retryStrategy: (n) => Math.min(n * 50, 200), protocol: 2 })
+  client.on('error', () => {})
+  return client
+}
+
+async function ping (port: number): Promise<boolean> {
+  const client = new Redis({ port, host: HOST, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 })
+  client.on('error', () => {})
+  try {
+    await client.connect()
+    return (await client.ping()) === 'PONG'
+  } catch {
+    return false
+  } finally {
+    client.disconnect()
+  }
+}
+
+/** Polls `check` every `everyMs` until it returns true; throws `what` after `withinMs`. */
+export async function waitFor (what: string, check: () => Promise<boolean> | boolean, withinMs = 10_000, everyMs = 25): Promise<number> {
+  const started = Date.now()
+  for (;;) {
+    try { if (await check()) return Date.now() - started } catch {}
+    if (Date.now() - started > withinMs) throw new Error(`timed out after ${withinMs} ms waiting for ${what}`)
+    await sleep(everyMs)
+  }
+}
+
+export interface ManagedServer {
+  host: string
+  port: number
+  url: string
+  dir: string
+  readonly pid: number
+  /** Stops the process (SIGKILL: the port closes at once, nothing is saved). */
+  stop: () => Promise<void>
+  /** Starts it again on the same port and directory (an empty dataset: scripts are gone too). */
+  start: () => Promise<void>
+  /** SIGSTOP: the port stays open, nothing answers. */
+  pause: () => void
+  /** SIGCONT. */
+  resume: () => void
+  readonly running: boolean
+  /** The server's log (last lines), for error messages. */
+  log: () => string
+}
+
+/** One redis-server on a free loopback port, answering PING when this resolves. */
+export async function startServer (args: string[] = [], options: { port?: number, label?: string, sentinel?: string } = {}): Promise<ManagedServer> {
+  installExitHook()
+  const port = options.port ?? await freePort()
+  const dir = tempDir(options.label ?? `redis-${port}`)
+  let child: ChildProcess | undefined
+  const logFile = join(dir, 'redis.log')
+
+  const launch = async (): Promise<void> => {
+    const argv = options.sentinel !== undefined
+      ? [options.sentinel, '--sentinel', '--logfile', logFile]
+      : ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', logFile, ...args]
+    const proc = spawn('redis-server', argv, { stdio: 'ignore' })
+    // A forgotten server must not keep the test process alive: it exits, and the exit hook kills the server.
+    proc.unref()
+    live.add(proc)
+    proc.once('exit', () => { live.delete(proc) })
+    const failed = new Promise<never>((_resolve, reject) => {
+      proc.once('error', (err) => reject(new Error(`cannot run redis-server: ${err.message} (apt-get install redis-server)`)))
+      proc.once('exit', (code, signal) => reject(new Error(`redis-server on ${port} exited (${code ?? signal}) at start`)))
+    })
+    failed.catch(() => {})
+    child = proc
+    const deadline = Date.now() + 5000
+    while (!(await ping(port))) {
+      if (Date.now() > deadline) {
+        proc.kill('SIGKILL')
+        throw new Error(`redis-server on ${port} did not answer within 5 s`)
+      }
+      await Promise.race([sleep(20), failed])
+    }
+  }
+
+  const stop = async (): Promise<void> => {
+    const proc = child
+    child = undefined
+    if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return
+    const gone = new Promise((resolve) => proc.once('exit', resolve))
+    proc.ref() // keep the test process alive until the exit is seen
+    try { process.kill(proc.pid as number, 'SIGCONT') } catch {}
+    proc.kill('SIGKILL')
+    await gone
+  }
+
+  await launch()
+  return {
+    host: HOST,
+    port,
+    url: `redis://${HOST}:${port}`,
+    dir,
+    get pid () { return child?.pid ?? -1 },
+    get running () { return child !== undefined && child.exitCode === null && child.signalCode === null },
+    stop,
+    start: async () => {
+      if (child !== undefined) throw new Error('already running')
+      await launch()
+    },
+    pause: () => { if (child?.pid !== undefined) process.kill(child.pid, 'SIGSTOP') },
+    resume: () => { if (child?.pid !== undefined) process.kill(child.pid, 'SIGCONT') },
+    log: () => {
+      try {
+        return readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n')
+      } catch { return '' }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- cluster */
+
+export interface ClusterNode { server: ManagedServer, id: string, port: number }
+
+export interface ManagedCluster {
+  nodes: ClusterNode[]
+  /** Startup nodes for `new Cluster(...)`. */
+  startupNodes: Array<{ host: string, port: number }>
+  /** A fail-fast client to one node, for administration (reused, closed by stop()). */
+  admin: (port: number) => Redis
+  /** The node currently serving `slot`. */
+  ownerOf: (slot: number) => Promise<ClusterNode>
+  /** Moves one slot with its keys from its owner to `to` (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE everywhere). */
+  migrateSlot: (slot: number, to: ClusterNode, pauses?: { beforeMigrate?: () => Promise<void>, afterMigrate?: () => Promise<void> }) => Promise<{ keys: number }>
+  stop: () => Promise<void>
+}
+
+/** Three masters on loopback, every slot assigned, cluster_state:ok on each node. About 2–3 s. */
+export async function startCluster (): Promise<ManagedCluster> {
+  const servers: ManagedServer[] = []
+  const admins = new Map<number, Redis>()
+  const stop = async (): Promise<void> => {
+    for (const client of admins.values()) client.disconnect()
+    admins.clear()
+    await Promise.all(servers.map(async (server) => { await server.stop() }))
+  }
+  try {
+    for (let i = 0; i < 3; i++) {
+      servers.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'], { label: 'cluster' }))
+    }
+    await execFileAsync('redis-cli', ['--cluster', 'create', ...servers.map((s) => `${HOST}:${s.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 20_000 })
+    const admin = (port: number): Redis => {
+      let client = admins.get(port)
+      if (client === undefined) {
+        client = adminClient(port)
+        admins.set(port, client)
+      }
+      return client
+    }
+    await waitFor('cluster_state:ok on every node', async () => {
+      for (const server of servers) {
+        const info = await admin(server.port).cluster('INFO') as string
+        if (!info.includes('cluster_state:ok') || !info.includes('cluster_known_nodes:3') || !info.includes('cluster_slots_ok:16384')) return false
+      }
+      return true
+    }, 20_000, 50)
+    const nodes: ClusterNode[] = []
+    for (const server of servers) nodes.push({ server, port: server.port, id: await admin(server.port).cluster('MYID') as string })
+
+    const ownerOf = async (slot: number): Promise<ClusterNode> => {
+      const slots = await admin(servers[0]!.port).cluster('SLOTS') as unknown as Array<[number, number, [string, number, string]]>
+      for (const [from, to, [, port]] of slots) {
+        if (slot >= from && slot <= to) return nodes.find((n) => n.port === Number(port)) as ClusterNode
+      }
+      throw new Error(`slot ${slot} has no owner`)
+    }
+
+    const migrateSlot = async (slot: number, to: ClusterNode, pauses: { beforeMigrate?: () => Promise<void>, afterMigrate?: () => Promise<void> } = {}): Promise<{ keys: number }> => {
+      const from = await ownerOf(slot)
+      if (from.id === to.id) throw new Error('slot already there')
+      await admin(to.port).cluster('SETSLOT', slot, 'IMPORTING', from.id)
+      await admin(from.port).cluster('SETSLOT', slot, 'MIGRATING', to.id)
+      await pauses.beforeMigrate?.()
+      let moved = 0
+      for (;;) {
+        const keys = await admin(from.port).cluster('GETKEYSINSLOT', slot, 100) as string[]
+        if (keys.length === 0) break
+        await admin(from.port).call('MIGRATE', HOST, String(to.port), '', '0', '5000', 'KEYS', ...keys)
+        moved += keys.length
+      }
+      await pauses.afterMigrate?.()
+      // Destination first, then source, then the rest, as the Redis manual says.
+      await admin(to.port).cluster('SETSLOT', slot, 'NODE', to.id)
+      await admin(from.port).cluster('SETSLOT', slot, 'NODE', to.id)
+      for (const node of nodes) if (node !== to && node !== from) await admin(node.port).cluster('SETSLOT', slot, 'NODE', to.id)
+      return { keys: moved }
+    }
+
+    return {
+      nodes,
+      startupNodes: nodes.map((n) => ({ host: HOST, port: n.port })),
+      admin,
+      ownerOf,
+      migrateSlot,
+      stop
+    }
+  } catch (error) {
+    await stop()
+    throw error
+  }
+}
+
+/* --------------------------------------------------------------- sentinel */
+
+export interface ManagedSentinel {
+  master: ManagedServer
+  replica: ManagedServer
+  sentinel: ManagedServer
+  name: string
+  sentinels: Array<{ host: string, port: number }>
+  admin: (port: number) => Redis
+  /** The port Sentinel currently names as master. */
+  masterPort: () => Promise<number>
+  stop: () => Promise<void>
+}
+
+/** A master, one replica (link up) and one sentinel that knows both. */
+export async function startSentinel (name = 'mymaster'): Promise<ManagedSentinel> {
+  const started: ManagedServer[] = []
+  const admins = new Map<number, Redis>()
+  const admin = (port: number): Redis => {
+    let client = admins.get(port)
+    if (client === undefined) {
+      client = adminClient(port)
+      admins.set(port, client)
+    }
+    return client
+  }
+  const stop = async (): Promise<void> => {
+    for (const client of admins.values()) client.disconnect()
+    admins.clear()
+    await Promise.all(started.map(async (server) => { await server.stop() }))
+  }
+  try {
+    const fast = ['--repl-diskless-sync-delay', '0']
+    const master = await startServer(fast, { label: 'sentinel-master' })
+    started.push(master)
+    const replica = await startServer([...fast, '--replicaof', HOST, String(master.port)], { label: 'sentinel-replica' })
+    started.push(replica)
+    await waitFor('replica link up', async () => (await admin(replica.port).info('replication')).includes('master_link_status:up'))
+
+    const port = await freePort()
+    const dir = tempDir('sentinel')
+    const file = join(dir, 'sentinel.conf')
+    writeFileSync(file, [
+      `port ${port}`,
+      `bind ${HOST}`,
+      `dir ${dir}`,
+      `sentinel monitor ${name} ${HOST} ${master.port} 1`,
+      `sentinel down-after-milliseconds ${name} 1000`,
+      `sentinel failover-timeout ${name} 5000`,
+      ''
+    ].join('\n'))
+    const sentinel = await startServer([], { port, label: 'sentinel', sentinel: file })
+    started.push(sentinel)
+    await waitFor('sentinel to see the replica', async () => {
+      const replicas = await admin(port).call('SENTINEL', 'REPLICAS', name) as unknown[][]
+      return replicas.some((fields) => {
+        const flat = fields.map(String)
+        return flat[flat.indexOf('flags') + 1] === 'slave' && flat[flat.indexOf('master-link-status') + 1] === 'ok'
+      })
+    }, 15_000, 50)
+    return {
+      master,
+      replica,
+      sentinel,
+      name,
+      sentinels: [{ host: HOST, port }],
+      admin,
+      masterPort: async () => {
+        const [, masterPort] = await admin(port).call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name) as [string, string]
+        return Number(masterPort)
+      },
+      stop
+    }
+  } catch (error) {
+    await stop()
+    throw error
+  }
+}
+
+/* ------------------------------------------------------------------ proxy */
+
+export type ProxyMode = 'pass' | 'drop-replies' | 'pause'
+
+export interface Proxy {
+  port: number
+  /** pass: forward; drop-replies: client→server forwarded, server→client discarded; pause: hold both ways. */
+  mode: ProxyMode
+  /** Destroys every open connection (both sides); new connections are still accepted. */
+  cut: () => void
+  /** Refuses new connections too (closes the listener). */
+  close: () => Promise<void>
+  readonly connections: number
+  readonly droppedBytes: number
+}
+
+/** A loopback TCP proxy in front of `targetPort`. */
+export async function startProxy (targetPort: number): Promise<Proxy> {
+  const pairs = new Set<[Socket, Socket]>()
+  let dropped = 0
+  const held: Array<() => void> = []
+  const state = { mode: 'pass' as ProxyMode }
+  const server: Server = createServer((downstream) => {
+    const upstream = connect(targetPort, HOST)
+    const pair: [Socket, Socket] = [downstream, upstream]
+    pairs.add(pair)
+    const end = (): void => {
+      pairs.delete(pair)
+      downstream.destroy()
+      upstream.destroy()
+    }
+    downstream.on('error', end).on('close', end)
+    upstream.on('error', end).on('close', end)
+    downstream.on('data', (chunk: Buffer) => {
+      if (state.mode === 'pause') held.push(() => upstream.write(chunk))
+      else upstream.write(chunk)
+    })
+    upstream.on('data', (chunk: Buffer) => {
+      if (state.mode === 'drop-replies') dropped += chunk.length
+      else if (state.mode === 'pause') held.push(() => downstream.write(chunk))
+      else downstream.write(chunk)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, HOST, resolve))
+  const address = server.address()
+  if (address === null || typeof address !== 'object') throw new Error('proxy has no port')
+  const cut = (): void => {
+    held.length = 0
+    for (const [a, b] of pairs) { a.destroy(); b.destroy() }
+    pairs.clear()
+  }
+  return {
+    port: address.port,
+    get mode () { return state.mode },
+    set mode (next: ProxyMode) {
+      state.mode = next
+      if (next !== 'pause') for (const release of held.splice(0)) release()
+    },
+    cut,
+    close: async () => {
+      cut()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+    get connections () { return pairs.size },
+    get droppedBytes () { return dropped }
+  }
+}
+
+/* ------------------------------------------------------ fault test harness */
+
+export type ClientKind = 'recommended' | 'default'
+
+/** The ioredis options the README recommends, as the fault tests use them. */
+export const RECOMMENDED_OPTIONS = {
+  enableOfflineQueue: false,
+  commandTimeout: 100,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 1,
+  retryStrategy: (times: number): number => Math.min(times * 50, 200)
+}
+
+export function pluginClient (kind: ClientKind, port: number): Redis {
+  const client = kind === 'recommended'
+    ? new Redis({ host: HOST, port, ...RECOMMENDED_OPTIONS })
+    : new Redis({ host: HOST, port })
+  client.on('error', () => {})
+  return client
+}

@@ -1,0 +1,128 @@
+/**
+ * Observability: every decision on node:diagnostics_channel, OpenTelemetry
+ * instruments through the global MeterProvider (a recording provider stands
+ * in for an SDK: it is the application's side, not Redis, that is replaced),
+ * and rejection logs once per identity per window.
+ */
+import { test, type Test } from 'tap'
+import diagnostics from 'node:diagnostics_channel'
+import { metrics, type MeterProvider } from '@opentelemetry/api'
+import { Redis } from 'ioredis'
+import { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from '../lib/index.js'
+import { buildApp, TestClock } from './helpers/app.js'
+import { createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+
+interface Recorded { name: string, value: number, attributes: Record<string, string> }
+const recorded: Recorded[] = []
+const provider = {
+  getMeter: () => ({
+    createCounter: (name: string) => ({ add: (value: number, attributes: Record<string, string> = {}) => { recorded.push({ name, value, attributes }) } }),
+    createHistogram: (name: string) => ({ record: (value: number, attributes: Record<string, string> = {}) => { recorded.push({ name, value, attributes }) } })
+  })
+} as unknown as MeterProvider
+metrics.setGlobalMeterProvider(provider)
+
+async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) {
+  const server = await getRedis()
+  const redis = createClient(server)
+  const prefix = uniquePrefix('mx')
+  const clock = new TestClock()
+  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
+  t.teardown(async () => {
+    await app.close()
+    const keys = await redis.keys(`${prefix}:*`)
+    if (keys.length > 0) await redis.del(...keys)
+    redis.disconnect()
+  })
+  return { app, clock }
+}
+
+function listen<T> (t: Test, name: string): T[] {
+  const messages: T[] = []
+  const listener = (message: unknown): void => { messages.push(message as T) }
+  diagnostics.subscribe(name, listener)
+  t.teardown(() => { diagnostics.unsubscribe(name, listener) })
+  return messages
+}
+
+test('every decision is published on the decision channel and counted by OpenTelemetry', async (t) => {
+  recorded.length = 0
+  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const { app } = await setup(t, { user: (req) => req.headers['x-user'] as string | undefined })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '1m', name: 'x', by: 'user' } } }, async () => 'ok')
+  app.get('/s', { config: { rateLimit: { limit: 1, window: '1m', name: 's', mode: 'shadow' } } }, async () => 'ok')
+  await app.ready()
+  const headers = { 'x-user': 'secret-user-name' }
+  await app.inject({ url: '/x', headers })
+  await app.inject({ url: '/x', headers })
+  await app.inject({ url: '/x', headers })
+  await app.inject('/s')
+  await app.inject('/s')
+
+  t.same(messages.map((m) => [m.route, m.policy, m.outcome, m.source]), [
+    ['GET /x', 'x', 'allowed', 'store'],
+    ['GET /x', 'x', 'limited', 'store'],
+    ['GET /x', 'x', 'limited', 'deny-cache'],
+    ['GET /s', 's', 'allowed', 'store'],
+    ['GET /s', 's', 'shadow-limited', 'store']
+  ])
+  t.match(messages[1], { violated: ['x'], shadowViolated: [], tier: undefined, identityKinds: ['user'] })
+  t.same(messages[4]?.shadowViolated, ['s'])
+  t.ok(messages.every((m) => typeof m.durationMs === 'number' && m.durationMs >= 0 && m.durationMs < 5000), 'durations in ms')
+  t.notMatch(JSON.stringify(messages), /secret-user-name/, 'never an identity value')
+
+  const decisions = recorded.filter((r) => r.name === METRICS.decisions)
+  t.same(decisions.map((r) => r.attributes), [
+    { route: 'GET /x', policy: 'x', outcome: 'allowed' },
+    { route: 'GET /x', policy: 'x', outcome: 'limited' },
+    { route: 'GET /x', policy: 'x', outcome: 'limited' },
+    { route: 'GET /s', policy: 's', outcome: 'allowed' },
+    { route: 'GET /s', policy: 's', outcome: 'shadow-limited' }
+  ])
+  t.equal(recorded.filter((r) => r.name === METRICS.duration).length, 5, 'one latency sample per decision')
+  t.same(recorded.filter((r) => r.name === METRICS.denyCacheHits).map((r) => r.attributes), [{ route: 'GET /x', policy: 'x' }])
+})
+
+test('store failures: degraded decisions and errors by cause', async (t) => {
+  recorded.length = 0
+  const decisions = listen<DecisionMessage>(t, CHANNELS.decision)
+  const errors = listen<StoreErrorMessage>(t, CHANNELS.storeError)
+  const redis = new Redis({ port: await freePort(), lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  redis.on('error', () => {})
+  const app = await buildApp({ redis, prefix: uniquePrefix('mx') })
+  t.teardown(async () => { await app.close(); redis.disconnect() })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '1m', name: 'x' } } }, async () => 'ok')
+  await app.ready()
+  t.equal((await app.inject('/x')).statusCode, 200)
+  t.match(decisions, [{ route: 'GET /x', outcome: 'degraded' }])
+  t.match(errors, [{ route: 'GET /x', cause: 'unavailable' }])
+  t.same(recorded.filter((r) => r.name === METRICS.storeErrors).map((r) => r.attributes), [{ route: 'GET /x', cause: 'unavailable' }])
+  t.same(recorded.filter((r) => r.name === METRICS.decisions).map((r) => r.attributes.outcome), ['degraded'])
+})
+
+test('metrics: false records nothing; the channel still publishes', async (t) => {
+  recorded.length = 0
+  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const { app } = await setup(t, { metrics: false })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '1m' } } }, async () => 'ok')
+  await app.ready()
+  await app.inject('/x')
+  t.equal(recorded.length, 0)
+  t.equal(messages.length, 1)
+})
+
+test('a flood logs one rejection line per identity per window', async (t) => {
+  const lines: Array<Record<string, unknown>> = []
+  const stream = { write: (line: string) => { lines.push(JSON.parse(line)) } }
+  const { app, clock } = await setup(t, { denyCache: false }, { logger: { level: 'info', stream } })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '10s', algorithm: 'fixed-window' } } }, async () => 'ok')
+  await app.ready()
+  const count = (): number => lines.filter((line) => line.msg === 'rate limit exceeded').length
+  for (let i = 0; i < 200; i++) await app.inject('/x')
+  t.equal(count(), 1, '199 rejections, one line')
+  for (let i = 0; i < 20; i++) await app.inject({ url: '/x', remoteAddress: '10.0.0.2' })
+  t.equal(count(), 2, 'another identity: its own line')
+  clock.advance(10_000)
+  for (let i = 0; i < 20; i++) await app.inject('/x')
+  t.equal(count(), 3, 'the next window: one more line')
+})

@@ -40,7 +40,8 @@ if (redisUrl !== undefined && redisUrl !== '') {
     enableOfflineQueue: false,
     commandTimeout: 100,
     maxRetriesPerRequest: 1,
-    autoResendUnfulfilledCommands: false
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (attempt: number) => Math.min(attempt * 50, 200)
   })
 }
 

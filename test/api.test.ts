@@ -5,25 +5,11 @@
  */
 import { test, type Test } from 'tap'
 import type { RateLimitDecision, RateLimitIdentity } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupRedisApp } from './helpers/app.js'
 
 const ok = async () => ({ ok: true })
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('api')
-  const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
-}
+const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) => await setupRedisApp(t, 'api', options, serverOptions)
 
 test('peek charges nothing; consume charges like a request; reset starts over', async (t) => {
   const { app } = await setup(t)

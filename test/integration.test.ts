@@ -1,25 +1,10 @@
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupRedisApp } from './helpers/app.js'
 
 const ok = async () => ({ ok: true })
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix()
-  const clock = new TestClock()
-  // Latency is tested in failure.test.ts; here a loaded CI machine must not turn into degraded decisions.
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
-}
+const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) => await setupRedisApp(t, 't', options, serverOptions)
 
 async function statuses (app: FastifyInstance, n: number, url: string, headers: Record<string, string> = {}): Promise<number[]> {
   const codes: number[] = []

@@ -9,8 +9,8 @@ import diagnostics from 'node:diagnostics_channel'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
 import { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupRedisApp } from './helpers/app.js'
+import { freePort, uniquePrefix } from './helpers/redis.js'
 
 interface Recorded { name: string, value: number, attributes: Record<string, string> }
 const recorded: Recorded[] = []
@@ -22,20 +22,7 @@ const provider = {
 } as unknown as MeterProvider
 metrics.setGlobalMeterProvider(provider)
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('mx')
-  const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, clock }
-}
+const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) => await setupRedisApp(t, 'mx', options, serverOptions)
 
 function listen<T> (t: Test, name: string): T[] {
   const messages: T[] = []

@@ -9,7 +9,7 @@ import { test, type Test } from 'tap'
 import { request } from 'undici'
 import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, TestClock } from './helpers/app.js'
+import { buildApp, setupRedisApp, TestClock } from './helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/algorithm-types.js'
 import { compileGlobals, compilePolicy, type BlockRun, type CompileContext } from '../lib/policy.js'
@@ -18,20 +18,7 @@ import { MemoryStore } from '../lib/memory-store.js'
 
 const ok = async () => ({ ok: true })
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('ml')
-  const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
-}
+const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}) => await setupRedisApp(t, 'ml', options)
 
 for (const store of ['redis', 'memory'] as const) {
   test(`${store}: a route with two blocks admits only while both admit, and a refusal charges neither`, async (t) => {

@@ -6,8 +6,8 @@ import { Client } from 'undici'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
 import { FST_RRL_TRUST_PROXY_TRUE } from '../lib/errors.js'
 import { fastifyTrustProxy } from '../lib/ip.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, freePort, getRedis, startRedisServer, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupRedisApp } from './helpers/app.js'
+import { freePort, startRedisServer, uniquePrefix } from './helpers/redis.js'
 
 /*
  * Attacks on the identity: forged X-Forwarded-For, address spellings, IPv6
@@ -18,20 +18,7 @@ import { createClient, freePort, getRedis, startRedisServer, uniquePrefix } from
 const ok = async () => ({ ok: true })
 const LOOPBACK_PROXY = { trustProxy: ['127.0.0.1'] }
 
-async function setup (t: Test, options: RateLimitPluginOptions = {}, serverOptions: FastifyServerOptions = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('sec')
-  const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
-}
+const setup = async (t: Test, options: RateLimitPluginOptions = {}, serverOptions: FastifyServerOptions = {}) => await setupRedisApp(t, 'sec', options, serverOptions)
 
 async function keysOf (redis: Redis, prefix: string): Promise<string[]> {
   const keys: string[] = []

@@ -3,23 +3,10 @@
  * logs, the Redis count) but never enforced: no 429, no 503, no headers.
  */
 import { test, type Test } from 'tap'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupRedisApp } from './helpers/app.js'
+import { freePort, uniquePrefix } from './helpers/redis.js'
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('sh')
-  const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
-}
+const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) => await setupRedisApp(t, 'sh', options, serverOptions)
 
 test('plugin-wide shadow mode: over the limit is recorded, never refused', async (t) => {
   const lines: Array<Record<string, unknown>> = []

@@ -1,0 +1,322 @@
+/*
+ * npm run bench [-- options]
+ *
+ *   (no positional)   HTTP benchmark, then the Redis-side script benchmark
+ *   http | scripts    only one of the two
+ *   --quick           CI smoke test: 4 configurations, 1 round, 1 s warm-up, 3 s runs, short script loop (< 1 min)
+ *   --rounds N        rounds (default 3); configurations are interleaved in every round
+ *   --duration S      measured seconds per run (default 8)      --warmup S   warm-up seconds (default 3)
+ *   --connections N   (default 50)                              --only a,b   configuration ids
+ *   --ts              run the servers through tsx from lib/*.ts (default: server and lib/ compiled by tsc into a temp dir)
+ *   --cpu-prof        CPU profile of each measured window (benchmarks/results/profiles/<id>-r<round>.cpuprofile),
+ *                     summarised with benchmarks/profile.ts (self time per function, µs per request)
+ *   --out FILE        markdown file to write (default benchmarks/results/<date>.md; --quick writes none)
+ *   --max-other P     repeat a run when other processes used more than P % CPU during it (default 25)
+ *   --retries N       at most N repeats per run (default 2; --quick: 0)
+ *
+ * Redis: a private redis-server on a free loopback port (BENCH_REDIS_URL to use another; never flushed then).
+ */
+import { spawnSync } from 'node:child_process'
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { CONFIGS, configById, QUICK_IDS, type BenchConfig } from './configs.js'
+import { machineDescription, median, packageVersion, startRedis } from './common.js'
+import { emptyResult, liveServers, runOne, type RunResult } from './http.js'
+import { summarise as summariseProfile } from './profile.js'
+import { runScriptBench } from './scripts.js'
+
+const HERE = dirname(fileURLToPath(import.meta.url))
+const ROOT = dirname(HERE)
+
+/**
+ * Compiles benchmarks/server.ts and lib/ with tsc into a temp dir laid out like
+ * the repository (scripts/ and node_modules/ as symlinks, a package.json with
+ * type: module), so the servers run plain JavaScript, as users run the published
+ * build: no tsx loader, whose transform adds a __name() call per closure.
+ * Type errors do not stop the emit (lib/ may be mid-change).
+ */
+function buildServer (): { entry: string, cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'rrl-bench-build-'))
+  const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc')
+  const result = spawnSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', ROOT, '--module', 'NodeNext', '--moduleResolution', 'NodeNext',
+    '--target', 'ES2022', '--skipLibCheck', '--esModuleInterop', '--types', 'node', join(HERE, 'server.ts'), join(ROOT, 'lib', 'index.ts')], { encoding: 'utf8' })
+  writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n')
+  symlinkSync(join(ROOT, 'scripts'), join(dir, 'scripts'))
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))
+  if (result.status !== 0) process.stderr.write(`tsc reported errors building the server (emitted anyway):\n${(result.stdout ?? '').split('\n').slice(0, 5).join('\n')}\n`)
+  return { entry: join(dir, 'benchmarks', 'server.js'), cleanup: () => rmSync(dir, { recursive: true, force: true }) }
+}
+
+interface Args {
+  mode: 'all' | 'http' | 'scripts'
+  quick: boolean
+  rounds: number
+  duration: number
+  warmup: number
+  connections: number
+  only: string[] | undefined
+  cpuProf: boolean
+  out: string | undefined
+  maxOther: number
+  retries: number
+  ts: boolean
+}
+
+function parseArgs (argv: string[]): Args {
+  const args: Args = { mode: 'all', quick: false, rounds: 3, duration: 8, warmup: 3, connections: 50, only: undefined, cpuProf: false, out: undefined, maxOther: 25, retries: 2, ts: false }
+  const explicit = new Set<string>()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string
+    const value = (): string => {
+      const next = argv[++i]
+      if (next === undefined) throw new Error(`${arg} needs a value`)
+      return next
+    }
+    switch (arg) {
+      case 'http': case 'scripts': args.mode = arg; break
+      case '--quick': args.quick = true; break
+      case '--rounds': args.rounds = Number(value()); explicit.add('rounds'); break
+      case '--duration': args.duration = Number(value()); explicit.add('duration'); break
+      case '--warmup': args.warmup = Number(value()); explicit.add('warmup'); break
+      case '--connections': args.connections = Number(value()); break
+      case '--only': args.only = value().split(','); break
+      case '--cpu-prof': args.cpuProf = true; break
+      case '--ts': args.ts = true; break
+      case '--out': args.out = value(); break
+      case '--max-other': args.maxOther = Number(value()); break
+      case '--retries': args.retries = Number(value()); explicit.add('retries'); break
+      default: throw new Error(`unknown argument ${arg} (see the header of benchmarks/run.ts)`)
+    }
+  }
+  if (args.quick) {
+    if (!explicit.has('rounds')) args.rounds = 1
+    if (!explicit.has('duration')) args.duration = 3
+    if (!explicit.has('warmup')) args.warmup = 1
+    args.only ??= QUICK_IDS
+    if (!explicit.has('retries')) args.retries = 0
+  }
+  return args
+}
+
+const fmt = (value: number, digits = 0): string => Number.isFinite(value) ? value.toFixed(digits) : '–'
+const ratio = (value: number): string => Number.isFinite(value) ? value.toFixed(2) + '×' : '–'
+
+interface Row {
+  config: BenchConfig
+  runs: RunResult[]
+  unsupported: string | undefined
+  rps: number
+  vsBare: number
+  vsFrl: number
+  p50: number
+  p99: number
+  nodeUs: number
+  nodeOverUs: number
+  nodeOverFrlUs: number
+  redisUs: number
+  evalUs: number
+  calls: number
+  cmdsPerReq: number
+  non2xx: number
+  serverCpu: number
+  genCpu: number
+  otherCpu: number
+}
+
+function summarise (configs: BenchConfig[], results: RunResult[]): Row[] {
+  const inRound = (id: string, round: number): RunResult | undefined => results.find((r) => r.id === id && r.round === round && r.unsupported === undefined)
+  return configs.map((config) => {
+    const runs = results.filter((r) => r.id === config.id)
+    const ok = runs.filter((r) => r.unsupported === undefined)
+    const per = (pick: (r: RunResult) => number): number => median(ok.map(pick))
+    const against = (baseId: string, pick: (r: RunResult, base: RunResult) => number): number =>
+      median(ok.map((r) => { const base = inRound(baseId, r.round); return base === undefined ? Number.NaN : pick(r, base) }))
+    return {
+      config,
+      runs,
+      unsupported: ok.length === 0 ? runs[0]?.unsupported : undefined,
+      rps: per((r) => r.rps),
+      vsBare: against('bare', (r, b) => r.rps / b.rps),
+      vsFrl: against('frl', (r, b) => r.rps / b.rps),
+      p50: per((r) => r.p50),
+      p99: per((r) => r.p99),
+      nodeUs: per((r) => r.nodeCpuUsPerReq),
+      nodeOverUs: against('bare', (r, b) => r.nodeCpuUsPerReq - b.nodeCpuUsPerReq),
+      nodeOverFrlUs: against('frl', (r, b) => r.nodeCpuUsPerReq - b.nodeCpuUsPerReq),
+      redisUs: per((r) => r.redisCpuUsPerDecision),
+      evalUs: per((r) => r.evalUsecPerCall),
+      calls: per((r) => r.callsPerDecision),
+      cmdsPerReq: per((r) => r.redisCommands / r.responses),
+      non2xx: ok.reduce((sum, r) => sum + r.non2xx + r.errors, 0),
+      serverCpu: per((r) => r.serverCpuPercent),
+      genCpu: per((r) => r.generatorCpuPercent),
+      otherCpu: per((r) => r.otherCpuPercent)
+    }
+  })
+}
+
+function httpTable (rows: Row[]): string {
+  const lines = [
+    '| configuration | req/s | × bare | × @fastify/rate-limit | p50 ms | p99 ms | Node CPU µs/req | Node µs over bare | Redis CPU µs/decision | EVALSHA µs (cmdstat) | redis.call/decision | Redis cmds/req | non-2xx+errors | server CPU % | load-gen CPU % | other CPU % |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+  ]
+  for (const row of rows) {
+    if (row.unsupported !== undefined) {
+      lines.push(`| ${row.config.label} | n/a | n/a | n/a | | | | | | | | | | | | |`)
+      continue
+    }
+    lines.push(`| ${row.config.label} | ${fmt(row.rps)} | ${ratio(row.vsBare)} | ${ratio(row.vsFrl)} | ${fmt(row.p50, 2)} | ${fmt(row.p99, 2)} | ${fmt(row.nodeUs, 1)} | ${row.config.id === 'bare' ? '–' : fmt(row.nodeOverUs, 1)} | ${fmt(row.redisUs, 1)} | ${fmt(row.evalUs, 1)} | ${fmt(row.calls, 2)} | ${fmt(row.cmdsPerReq, 2)} | ${row.non2xx} | ${fmt(row.serverCpu)} | ${fmt(row.genCpu)} | ${fmt(row.otherCpu)} |`)
+  }
+  return lines.join('\n')
+}
+
+function targets (rows: Row[]): string {
+  const byId = new Map(rows.map((row) => [row.config.id, row]))
+  const lines: string[] = ['| target | measured | met |', '| --- | --- | --- |']
+  const verdict = (ok: boolean | undefined): string => ok === undefined ? 'n/a' : ok ? 'yes' : '**no**'
+  const sw = byId.get('sliding-window-10k')
+  if (sw !== undefined) {
+    lines.push(`| sliding-window, 10k keys ≥ 0.80× bare | ${ratio(sw.vsBare)} | ${verdict(Number.isFinite(sw.vsBare) ? sw.vsBare >= 0.8 : undefined)} |`)
+    lines.push(`| sliding-window, 10k keys ≥ 1.25× @fastify/rate-limit | ${ratio(sw.vsFrl)} | ${verdict(Number.isFinite(sw.vsFrl) ? sw.vsFrl >= 1.25 : undefined)} |`)
+  }
+  for (const row of rows) {
+    if (row.config.kind !== 'ours' || row.config.load === 'flood' || row.config.autoPipelining) continue
+    const algorithm = row.config.algorithm ?? 'sliding-window'
+    const redisCap = algorithm === 'gcra' || algorithm === 'fixed-window' ? 5 : 8
+    lines.push(`| ${row.config.label}: Node CPU ≤ 10 µs over bare | ${fmt(row.nodeOverUs, 1)} µs | ${verdict(Number.isFinite(row.nodeOverUs) ? row.nodeOverUs <= 10 : undefined)} |`)
+    lines.push(`| ${row.config.label}: Redis CPU ≤ ${redisCap} µs/decision${algorithm === 'sliding-log' ? ' (may exceed)' : ''} | ${fmt(row.redisUs, 1)} µs | ${verdict(Number.isFinite(row.redisUs) ? row.redisUs <= redisCap : undefined)} |`)
+  }
+  const flood = byId.get('flood-cache')
+  if (flood !== undefined) {
+    const unsupported = flood.unsupported !== undefined
+    lines.push(`| flood, deny cache on: ≥ 0.95× bare | ${unsupported ? 'n/a (no deny cache in the plugin)' : ratio(flood.vsBare)} | ${verdict(unsupported ? undefined : flood.vsBare >= 0.95)} |`)
+    lines.push(`| flood, deny cache on: zero Redis commands | ${unsupported ? 'n/a' : fmt(flood.cmdsPerReq, 4) + ' per request'} | ${verdict(unsupported ? undefined : flood.cmdsPerReq === 0)} |`)
+  }
+  return lines.join('\n')
+}
+
+function notes (rows: Row[]): string {
+  const out: string[] = []
+  for (const row of rows) {
+    const note = row.runs.find((r) => r.note !== undefined)?.note
+    if (row.unsupported !== undefined) out.push(`- ${row.config.label}: n/a — ${row.unsupported}`)
+    else if (note !== undefined) out.push(`- ${row.config.label}: ${note}`)
+    const batched = row.runs.map((r) => r.pluginStats as { batches?: number, commands?: number } | undefined).filter((s) => s?.batches !== undefined && s.batches > 0)
+    if (batched.length > 0) out.push(`- ${row.config.label}: ${batched.map((s) => ((s?.commands ?? 0) / (s?.batches ?? 1)).toFixed(2)).join(', ')} commands per socket write (per round)`)
+    const codes = new Map<string, number>()
+    for (const run of row.runs) for (const [code, count] of Object.entries(run.statusCodes)) codes.set(code, (codes.get(code) ?? 0) + count)
+    const unexpected = [...codes].filter(([code]) => code !== '200')
+    if (unexpected.length > 0) out.push(`- ${row.config.label}: status codes ${[...codes].map(([c, n]) => `${c}×${n}`).join(', ')}`)
+  }
+  return out.join('\n')
+}
+
+async function main (): Promise<void> {
+  const args = parseArgs(process.argv.slice(2))
+  const redis = await startRedis()
+  const interrupted = (): void => {
+    for (const child of liveServers) child.kill('SIGKILL')
+    redis.stop().finally(() => process.exit(130))
+  }
+  process.once('SIGINT', interrupted)
+  process.once('SIGTERM', interrupted)
+  const started = new Date()
+  const sections: string[] = []
+  const header = [
+    `# Benchmark results, ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC${args.quick ? ' (--quick: smoke test, not for quoting)' : ''}`,
+    '',
+    `Machine: ${machineDescription()}. Redis ${redis.version} (${redis.private ? 'private server started by the harness' : `external ${redis.url}: CPU and command counts include other clients`}), ` +
+      `Fastify ${packageVersion('fastify')}, ioredis ${packageVersion('ioredis')}, @fastify/rate-limit ${packageVersion('@fastify/rate-limit')}, autocannon ${packageVersion('autocannon')}.`,
+    ''
+  ]
+  const raw: Record<string, unknown> = {}
+  const cleanups: Array<() => void> = []
+  try {
+    if (args.mode !== 'scripts') {
+      const configs = args.only === undefined ? CONFIGS : args.only.map(configById)
+      const nodeArgs: string[] = []
+      const profileDir = join(HERE, 'results', 'profiles')
+      if (args.cpuProf) mkdirSync(profileDir, { recursive: true })
+      const built = args.ts ? undefined : buildServer()
+      cleanups.push(() => built?.cleanup())
+      const serverEntry = built?.entry
+      const results: RunResult[] = []
+      for (let round = 1; round <= args.rounds; round++) {
+        // Rotate the order every round, so no configuration always runs first (cold machine) or last.
+        const shift = (round - 1) % configs.length
+        const order = [...configs.slice(shift), ...configs.slice(0, shift)]
+        for (const config of order) {
+          let result: RunResult | undefined
+          // A run during which other processes took more than --max-other % of a core is repeated
+          // (up to --retries times); the quietest attempt is kept and its figure shown in the table.
+          for (let attempt = 0; attempt <= args.retries; attempt++) {
+            let candidate: RunResult
+            const profileFile = args.cpuProf ? join(profileDir, `${config.id}-r${round}.cpuprofile`) : undefined
+            try {
+              candidate = await runOne(config, round, { connections: args.connections, warmup: args.warmup, duration: args.duration, nodeArgs, redis, serverEntry, profileFile })
+              if (profileFile !== undefined && candidate.unsupported === undefined) {
+                sections.push(`### Profile: ${config.label}, round ${round}`, '', summariseProfile(profileFile, candidate.responses, 25, candidate.nodeCpuUsPerReq), '')
+              }
+            } catch (error) {
+              // One broken configuration (lib/ mid-change, say) must not lose the others' figures.
+              const message = (error instanceof Error ? error.message : String(error)).split('\n').slice(0, 2).join(' ')
+              candidate = emptyResult(config, round, `run failed: ${message}`)
+            }
+            if (result === undefined || !(candidate.otherCpuPercent >= result.otherCpuPercent)) result = candidate
+            if (candidate.unsupported !== undefined || !(candidate.otherCpuPercent > args.maxOther)) break
+            process.stderr.write(`  ${config.id}: other processes used ${fmt(candidate.otherCpuPercent)} % CPU during the run; ${attempt < args.retries ? 'repeating' : 'keeping the quietest attempt'}\n`)
+          }
+          if (result === undefined) continue
+          results.push(result)
+          process.stderr.write(`round ${round}/${args.rounds} ${config.id.padEnd(24)} ${result.unsupported !== undefined ? 'n/a' : `${fmt(result.rps)} req/s, node ${fmt(result.nodeCpuUsPerReq, 1)} µs/req, redis ${fmt(result.redisCpuUsPerDecision, 1)} µs/decision, non-2xx ${result.non2xx}`}\n`)
+        }
+      }
+      const rows = summarise(configs, results)
+      raw.http = results
+      sections.push(
+        '## HTTP: req/s and CPU per request',
+        '',
+        `${args.rounds} round(s), configurations interleaved (order rotated each round); each run: fresh server process, ${args.warmup} s warm-up, ${args.duration} s measured, ` +
+          `the plugin ${args.ts ? 'from lib/*.ts through tsx' : 'compiled by tsc and run by plain node (no tsx)'}, ` +
+          `${args.connections} connections, autocannon in the harness process (no workers), prebuilt requests. Medians over rounds; ratios are taken within a round, then the median. ` +
+          `A run during which other processes used more than ${args.maxOther} % CPU was repeated (at most ${args.retries} times, quietest kept): "other CPU %" shows what competed. ` +
+          'Client keys are X-Forwarded-For addresses (trustProxy: 127.0.0.1): "10k keys" rotates 10,000 of them, "1 hot key" sends one. ' +
+          'Node CPU is the server process\'s utime+stime (/proc) ÷ responses; Redis CPU is INFO cpu (sys+user) ÷ EVALSHA calls; redis.call/decision is the other commandstats calls ÷ EVALSHA calls.',
+        '',
+        httpTable(rows),
+        '',
+        '### Targets (issue 6)',
+        '',
+        targets(rows),
+        ''
+      )
+      const extra = notes(rows)
+      if (extra !== '') sections.push('### Notes', '', extra, '')
+    }
+    if (args.mode !== 'http') {
+      const scripts = await runScriptBench(redis, { quick: args.quick })
+      raw.scripts = scripts.raw
+      sections.push(scripts.markdown)
+    }
+  } finally {
+    for (const cleanup of cleanups) cleanup()
+    await redis.stop()
+  }
+  sections.push(`Reproduce: \`npm run bench${process.argv.length > 2 ? ' -- ' + process.argv.slice(2).join(' ') : ''}\``, '')
+  const markdown = [...header, ...sections].join('\n')
+  process.stdout.write(markdown)
+  const out = args.out ?? (args.quick ? undefined : join(HERE, 'results', `${started.toISOString().slice(0, 10)}.md`))
+  if (out !== undefined) {
+    mkdirSync(dirname(out), { recursive: true })
+    writeFileSync(out, markdown)
+    writeFileSync(out.replace(/\.md$/, '') + '.json', JSON.stringify(raw, null, 2) + '\n')
+    process.stderr.write(`written ${out}\n`)
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
+  process.exit(1)
+})

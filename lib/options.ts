@@ -27,13 +27,14 @@ export interface ResolvedOptions {
   policies: Record<string, RateLimitBlock | RateLimitBlock[]>
   printPolicies: boolean
   metrics: boolean
+  batchWrites: boolean
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 const POLICY_NAME = /^[\x20-\x7e]{1,64}$/
 
-const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics'])
+const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -126,7 +127,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     if (!POLICY_NAME.test(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use 1 to 64 printable ASCII characters`)
   }
 
-  for (const flag of ['printPolicies', 'metrics'] as const) {
+  for (const flag of ['printPolicies', 'metrics', 'batchWrites'] as const) {
     if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new FST_RRL_INVALID_OPTION(flag, `must be true or false (got ${typeof options[flag]})`)
   }
 
@@ -154,6 +155,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     tier: tier as ResolvedOptions['tier'],
     policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
     printPolicies: options.printPolicies === true,
-    metrics: options.metrics !== false
+    metrics: options.metrics !== false,
+    batchWrites: options.batchWrites !== false
   }
 }

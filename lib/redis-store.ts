@@ -4,6 +4,7 @@ import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILA
 import type { BlockRun } from './policy.js'
 import { buildMultiScript, loadScripts, type LoadedScript } from './scripts.js'
 import type { Store } from './store.js'
+import { WriteBatcher } from './write-batching.js'
 
 /*
  * One EVALSHA per decision, bounded by `timeout` whatever the client's
@@ -73,8 +74,11 @@ export class RedisStore implements Store {
   readonly #scripts: Record<AlgorithmName, LoadedScript>
   readonly #multi: LoadedScript
 
-  constructor (client: Client, timeout: number, clock?: () => number) {
+  readonly #batcher: WriteBatcher
+
+  constructor (client: Client, timeout: number, clock?: () => number, batchWrites = true) {
     this.#client = client
+    this.#batcher = new WriteBatcher(client, batchWrites)
     this.#timeout = timeout
     this.#clock = clock
     this.#scripts = loadScripts()
@@ -166,6 +170,7 @@ export class RedisStore implements Store {
         abandon()
         reject(new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)))
       }
+      this.#batcher.beforeSend()
       let command = send(client, 'evalsha', script.sha, args)
       let inert = INERT_SHA
       // Whatever copy of this command the client writes from now on runs nothing.

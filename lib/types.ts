@@ -91,6 +91,11 @@ export interface RateLimitPluginOptions {
   /** Record OpenTelemetry metrics when @opentelemetry/api is installed; default true. */
   metrics?: boolean
   /**
+   * Send every decision of one event-loop turn in one socket write (standalone
+   * Redis clients); default true. See README "Performance".
+   */
+  batchWrites?: boolean
+  /**
    * Test clock: milliseconds since the epoch. When set, scripts use it instead
    * of Redis `TIME`. For tests only; production uses the Redis clock.
    */

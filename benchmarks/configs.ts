@@ -20,12 +20,8 @@ export interface BenchConfig {
   autoPipelining: boolean
   /** Flood only: ask the plugin for its local deny cache on or off. */
   denyCache?: boolean
-  /**
-   * Prototype, not a plugin feature: hand the plugin a client whose EVALSHAs are
-   * queued and sent as one pipeline per event-loop turn (setImmediate), to measure
-   * what batching decisions across requests would save. See batchingClient in server.ts.
-   */
-  batch?: boolean
+  /** The plugin's batchWrites option (default true): one socket write per event-loop turn. */
+  batchWrites?: boolean
 }
 
 const ALGOS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'gcra', 'token-bucket', 'sliding-log']
@@ -48,7 +44,7 @@ export const CONFIGS: BenchConfig[] = [
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-10k`, label: `${algorithm}, 10k keys`, kind: 'ours', load: '10k', algorithm, autoPipelining: false })),
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-hot`, label: `${algorithm}, 1 hot key`, kind: 'ours', load: 'hot', algorithm, autoPipelining: false })),
   { id: 'sliding-window-10k-ap', label: 'sliding-window, 10k keys, auto-pipelining', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: true },
-  { id: 'sliding-window-10k-batch', label: 'sliding-window, 10k keys, prototype: one socket write per loop turn', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batch: true },
+  { id: 'sliding-window-10k-nobatch', label: 'sliding-window, 10k keys, batchWrites: false', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batchWrites: false },
   { id: 'frl-ap', label: '@fastify/rate-limit, auto-pipelining', kind: 'frl', load: '10k', autoPipelining: true },
   { id: 'flood-nocache', label: 'flood, 1 limited identity, deny cache off', kind: 'ours', load: 'flood', algorithm: 'sliding-window', autoPipelining: false, denyCache: false },
   { id: 'flood-cache', label: 'flood, 1 limited identity, deny cache on', kind: 'ours', load: 'flood', algorithm: 'sliding-window', autoPipelining: false, denyCache: true }

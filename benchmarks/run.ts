@@ -203,8 +203,6 @@ function notes (rows: Row[]): string {
     const note = row.runs.find((r) => r.note !== undefined)?.note
     if (row.unsupported !== undefined) out.push(`- ${row.config.label}: n/a — ${row.unsupported}`)
     else if (note !== undefined) out.push(`- ${row.config.label}: ${note}`)
-    const batched = row.runs.map((r) => r.pluginStats as { batches?: number, commands?: number } | undefined).filter((s) => s?.batches !== undefined && s.batches > 0)
-    if (batched.length > 0) out.push(`- ${row.config.label}: ${batched.map((s) => ((s?.commands ?? 0) / (s?.batches ?? 1)).toFixed(2)).join(', ')} commands per socket write (per round)`)
     const codes = new Map<string, number>()
     for (const run of row.runs) for (const [code, count] of Object.entries(run.statusCodes)) codes.set(code, (codes.get(code) ?? 0) + count)
     const unexpected = [...codes].filter(([code]) => code !== '200')

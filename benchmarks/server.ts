@@ -59,48 +59,6 @@ async function probeDenyCache (redis: Redis, on: boolean): Promise<{ option: Rec
   return { option: undefined, refused }
 }
 
-const batching = { batches: 0, commands: 0 }
-
-/**
- * Prototype for the profile's main finding (one socket write per decision): the
- * client's socket is corked at the first command of an event-loop turn and
- * uncorked in setImmediate, so the decisions of every request read in one poll
- * phase leave in one writev (Redis then reads them in one read, as a pipeline).
- * ioredis's own enableAutoPipelining flushes on process.nextTick, which runs
- * after each socket callback, so it groups fewer HTTP requests. Commands, replies
- * and the plugin's code path are unchanged.
- */
-function batchingClient (client: Redis): Redis {
-  let corked = 0
-  const uncork = (): void => {
-    batching.batches++
-    batching.commands += corked
-    corked = 0
-    client.stream.uncork()
-  }
-  const corkTurn = (): void => {
-    if (client.status !== 'ready') return
-    if (corked++ === 0) {
-      client.stream.cork()
-      setImmediate(uncork)
-    }
-  }
-  return new Proxy(client, {
-    get (target, property) {
-      // sendCommand: the plugin's path; evalsha: older versions of it.
-      if (property === 'sendCommand' || property === 'evalsha') {
-        const method = (target[property] as (...args: unknown[]) => unknown).bind(target)
-        return (...args: unknown[]) => {
-          corkTurn()
-          return method(...args)
-        }
-      }
-      const value = Reflect.get(target, property, target) as unknown
-      return typeof value === 'function' ? value.bind(target) : value
-    }
-  })
-}
-
 async function main (): Promise<void> {
   const app = newApp()
   let redis: Redis | undefined
@@ -124,13 +82,13 @@ async function main (): Promise<void> {
         note = 'the plugin has no deny-cache option: every request goes to Redis'
       }
     }
-    await app.register(rateLimit, { redis: config.batch === true ? batchingClient(redis) : redis, prefix, ...extra } as never)
+    await app.register(rateLimit, { redis, prefix, batchWrites: config.batchWrites ?? true, ...extra } as never)
     const block = config.load === 'flood'
       ? { algorithm: config.algorithm, limit: 1, window: '1h' }
       : blockFor(config.algorithm ?? 'sliding-window', config.load)
     app.get('/', { config: { rateLimit: block as never } }, async () => ({ hello: 'world' }))
     app.get(STATS_PATH, { config: { rateLimit: false } }, async () => stats())
-    stats = () => ({ ...((app as unknown as { rateLimit?: { stats?: () => object } }).rateLimit?.stats?.() ?? {}), ...(config.batch === true ? batching : {}) })
+    stats = () => ({ ...((app as unknown as { rateLimit?: { stats?: () => object } }).rateLimit?.stats?.() ?? {}) })
   } else if (config.kind === 'frl') {
     redis = await connect(config)
     // Fixed window, limit never reached: the cheapest thing @fastify/rate-limit's Redis store does.

@@ -204,26 +204,31 @@ export const slidingLog: MemoryAlgorithm<SlidingLogState> = {
   }
 }
 
+/** The bucket as of `now`: stored tokens plus the refill since, up to the capacity (scaled by the window). */
+function refill (state: TokenBucketState | undefined, limit: number, w: number, burst: number, now: number): { tokens: number, base: number, cap: number } {
+  const cap = burst * w
+  if (state === undefined) return { tokens: cap, base: now, cap }
+  let st = state.tokens
+  if (st > cap) st = cap
+  if (st < 0) st = 0
+  let base = now
+  let elapsed = now - state.ts
+  if (elapsed < 0) {
+    elapsed = 0
+    base = state.ts
+  }
+  const maxElapsed = idiv(cap, limit) + 1
+  if (elapsed > maxElapsed) elapsed = maxElapsed
+  const gain = elapsed * limit
+  return { tokens: gain >= cap - st ? cap : st + gain, base, cap }
+}
+
 export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
   step (state, { limit, windowMs: w, burst }, cost, now) {
     now = Math.floor(now)
-    const cap = burst * w
-    let tokens = cap
-    let base = now
-    if (state !== undefined) {
-      let st = state.tokens
-      if (st > cap) st = cap
-      if (st < 0) st = 0
-      let elapsed = now - state.ts
-      if (elapsed < 0) {
-        elapsed = 0
-        base = state.ts
-      }
-      const maxElapsed = idiv(cap, limit) + 1
-      if (elapsed > maxElapsed) elapsed = maxElapsed
-      const gain = elapsed * limit
-      tokens = gain >= cap - st ? cap : st + gain
-    }
+    const refilled = refill(state, limit, w, burst, now)
+    const { base, cap } = refilled
+    let tokens = refilled.tokens
     const lag = base - now
     const resetMs = (t: number): number => t >= cap ? 0 : lag + cdiv(cap - t, limit)
     if (cost > burst) {
@@ -240,23 +245,9 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
   refund (state, { limit, windowMs: w, burst }, cost, now) {
     // the bucket as of now, plus the tokens, up to its capacity (same steps as the Lua '2' mode)
     now = Math.floor(now)
-    const cap = burst * w
-    let tokens = cap
-    let base = now
-    if (state !== undefined) {
-      let st = state.tokens
-      if (st > cap) st = cap
-      if (st < 0) st = 0
-      let elapsed = now - state.ts
-      if (elapsed < 0) {
-        elapsed = 0
-        base = state.ts
-      }
-      const maxElapsed = idiv(cap, limit) + 1
-      if (elapsed > maxElapsed) elapsed = maxElapsed
-      const gain = elapsed * limit
-      tokens = gain >= cap - st ? cap : st + gain
-    }
+    const refilled = refill(state, limit, w, burst, now)
+    const { base, cap } = refilled
+    let tokens = refilled.tokens
     tokens = tokens + cost * w
     if (tokens >= cap) return { state: undefined, ttlMs: 0 }
     return { state: { tokens, ts: base }, ttlMs: base - now + cdiv(cap - tokens, limit) }

@@ -97,22 +97,9 @@ export class RedisStore implements Store {
   decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean): Promise<RawDecision[]> {
     const client = this.#client
     if (client.status !== 'ready') return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`))
-    const now = this.#clock === undefined ? '' : String(this.#clock())
+    const mode = dry ? '1' : ''
     const count = runs.length
-    let script: LoadedScript
-    let args: Array<string | number>
-    if (count === 1) {
-      const run = runs[0] as BlockRun
-      script = this.#scripts[run.algorithm]
-      args = [1, keys[0] as string, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[0] as number, now, dry ? '1' : '']
-    } else {
-      script = this.#multi
-      args = [count, ...keys, now, dry ? '1' : '']
-      for (let i = 0; i < count; i++) {
-        const run = runs[i] as BlockRun
-        args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '')
-      }
-    }
+    const { script, args } = this.#invocation(runs, keys, costs, [mode], mode, true)
     return this.#run(script, args, (reply) => count === 1 ? [toDecision(reply)] : toDecisions(reply, count))
   }
 
@@ -123,27 +110,37 @@ export class RedisStore implements Store {
   refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
     const client = this.#client
     if (client.status !== 'ready') return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`))
-    const now = this.#clock === undefined ? '' : String(this.#clock())
     const elapsed = String(Math.max(0, Math.round(elapsedMs)))
     const count = runs.length
-    let script: LoadedScript
-    let args: Array<string | number>
-    if (count === 1) {
-      const run = runs[0] as BlockRun
-      script = this.#scripts[run.algorithm]
-      args = [1, keys[0] as string, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[0] as number, now, '2', elapsed]
-    } else {
-      script = this.#multi
-      args = [count, ...keys, now, 'r' + elapsed]
-      for (let i = 0; i < count; i++) {
-        const run = runs[i] as BlockRun
-        args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, '')
-      }
-    }
+    const { script, args } = this.#invocation(runs, keys, costs, ['2', elapsed], 'r' + elapsed, false)
     return this.#run(script, args, (reply) => {
       if (!Array.isArray(reply) || reply.length !== count) throw new FST_RRL_BAD_SCRIPT_REPLY()
       return reply.map((given) => given === 1)
     })
+  }
+
+  /**
+   * The script and its arguments for one call over `runs`: the algorithm's own
+   * script for a single block (no dry pass to pay for), else the multi script.
+   * `singleMode` follows `now` for one block; `multiMode` (and, per block, the
+   * shadow flag when `withShadow`) for several.
+   */
+  #invocation (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], singleMode: string[], multiMode: string, withShadow: boolean): { script: LoadedScript, args: Array<string | number> } {
+    const now = this.#clock === undefined ? '' : String(this.#clock())
+    const count = runs.length
+    if (count === 1) {
+      const run = runs[0] as BlockRun
+      return {
+        script: this.#scripts[run.algorithm],
+        args: [1, keys[0] as string, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[0] as number, now, ...singleMode]
+      }
+    }
+    const args: Array<string | number> = [count, ...keys, now, multiMode]
+    for (let i = 0; i < count; i++) {
+      const run = runs[i] as BlockRun
+      args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, withShadow && run.shadow ? '1' : '')
+    }
+    return { script: this.#multi, args }
   }
 
   #run<T> (script: LoadedScript, args: Array<string | number>, parse: (reply: unknown) => T): Promise<T> {

@@ -254,18 +254,24 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
   }
 }
 
+/**
+ * max(0, TAT − now) in units of 1/limit ms, capped at the tolerance `cap`
+ * (a TAT further ahead, after a clock step back, counts as a full tolerance).
+ */
+function debt (state: GcraState | undefined, limit: number, cap: number, now: number): number {
+  if (state === undefined || state.tatMs < now) return 0
+  let dMs = state.tatMs - now
+  const maxMs = idiv(cap, limit) + 1
+  if (dMs > maxMs) dMs = maxMs
+  const d = dMs * limit + state.frac
+  return d > cap ? cap : d
+}
+
 export const gcra: MemoryAlgorithm<GcraState> = {
   step (state, { limit, windowMs: w, burst }, cost, now) {
     now = Math.floor(now)
     const cap = burst * w
-    let d = 0
-    if (state !== undefined && state.tatMs >= now) {
-      let dMs = state.tatMs - now
-      const maxMs = idiv(cap, limit) + 1
-      if (dMs > maxMs) dMs = maxMs
-      d = dMs * limit + state.frac
-      if (d > cap) d = cap
-    }
+    const d = debt(state, limit, cap, now)
     if (cost > burst) {
       return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), w), state: undefined, ttlMs: 0 }
     }
@@ -280,14 +286,7 @@ export const gcra: MemoryAlgorithm<GcraState> = {
   refund (state, { limit, windowMs: w, burst }, cost, now) {
     now = Math.floor(now)
     const cap = burst * w
-    let d = 0
-    if (state !== undefined && state.tatMs >= now) {
-      let dMs = state.tatMs - now
-      const maxMs = idiv(cap, limit) + 1
-      if (dMs > maxMs) dMs = maxMs
-      d = dMs * limit + state.frac
-      if (d > cap) d = cap
-    }
+    const d = debt(state, limit, cap, now)
     const rd = d - cost * w
     if (rd <= 0) return { state: undefined, ttlMs: 0 }
     const whole = idiv(rd, limit)

@@ -1,9 +1,7 @@
-import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
+import { startRedisServer } from '../test/helpers/redis.js'
 
 export interface BenchRedis {
   url: string
@@ -12,21 +10,6 @@ export interface BenchRedis {
   pid: number | undefined
   version: string
   stop: () => Promise<void>
-}
-
-export async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const server = createServer()
-    server.unref()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => {
-        if (address !== null && typeof address === 'object') resolve(address.port)
-        else reject(new Error('no port'))
-      })
-    })
-  })
 }
 
 function hasRedisServer (): boolean {
@@ -58,32 +41,9 @@ export async function startRedis (): Promise<BenchRedis> {
     return { url: external, private: false, pid: undefined, version: await redisVersion(external), stop: async () => {} }
   }
   if (!hasRedisServer()) throw new Error('no redis-server on PATH and no REDIS_URL: install redis-server (apt-get install redis-server) or set REDIS_URL')
-  const port = await freePort()
-  const dir = mkdtempSync(join(tmpdir(), 'rrl-bench-'))
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' })
-  const url = `redis://127.0.0.1:${port}`
-  const deadline = Date.now() + 5000
-  while (!(await pingable(url))) {
-    if (Date.now() > deadline || child.exitCode !== null) {
-      child.kill('SIGKILL')
-      throw new Error(`redis-server on port ${port} did not start`)
-    }
-    await sleep(25)
-  }
-  return {
-    url,
-    private: true,
-    pid: child.pid,
-    version: await redisVersion(url),
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        const gone = new Promise((resolve) => child.once('exit', resolve))
-        child.kill('SIGKILL')
-        await gone
-      }
-      rmSync(dir, { recursive: true, force: true })
-    }
-  }
+  // The same loopback server the tests start (free port, no persistence, killed on stop).
+  const server = await startRedisServer()
+  return { url: server.url, private: true, pid: server.pid, version: await redisVersion(server.url), stop: server.stop }
 }
 
 async function redisVersion (url: string): Promise<string> {

@@ -46,7 +46,7 @@ export interface StoreErrorMessage {
   error: unknown
 }
 
-export type StoreErrorCause = 'timeout' | 'unavailable' | 'bad-reply' | 'other'
+export type StoreErrorCause = 'timeout' | 'unavailable' | 'overloaded' | 'bad-reply' | 'script-error' | 'other'
 
 export const decisionChannel = diagnostics.channel(CHANNELS.decision)
 export const storeErrorChannel = diagnostics.channel(CHANNELS.storeError)
@@ -55,7 +55,9 @@ export function errorCause (error: unknown): StoreErrorCause {
   const code = (error as { code?: unknown } | null)?.code
   if (code === 'FST_RRL_REDIS_TIMEOUT') return 'timeout'
   if (code === 'FST_RRL_REDIS_UNAVAILABLE') return 'unavailable'
+  if (code === 'FST_RRL_STORE_OVERLOADED') return 'overloaded'
   if (code === 'FST_RRL_BAD_SCRIPT_REPLY') return 'bad-reply'
+  if (code === 'FST_RRL_SCRIPT_ERROR') return 'script-error'
   return 'other'
 }
 

@@ -56,6 +56,18 @@ export const FST_RRL_BAD_SCRIPT_REPLY = createError(
   503
 )
 
+export const FST_RRL_SCRIPT_ERROR = createError(
+  'FST_RRL_SCRIPT_ERROR',
+  'Rate limiter script failed for this decision: %s',
+  503
+)
+
+export const FST_RRL_STORE_OVERLOADED = createError(
+  'FST_RRL_STORE_OVERLOADED',
+  'Rate limiter has %d decisions queued or waiting on Redis (maxPending); not queueing more',
+  503
+)
+
 export const FST_RRL_INVALID_COST = createError(
   'FST_RRL_INVALID_COST',
   'Cost function for route %s returned %s; charging the default cost of 1',

@@ -25,7 +25,13 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions): Store
   if (options.store === 'memory') return new MemoryStore(options.clock)
   const client = options.redis ?? (fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined)
   if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
-  return new RedisStore(client, options.timeout, options.clock, options.batchWrites)
+  return new RedisStore(client, {
+    timeout: options.timeout,
+    maxBatch: options.maxBatch,
+    maxPending: options.maxPending,
+    coalesce: options.batchWrites,
+    onBatch: undefined
+  }, options.clock)
 }
 
 function methodsOf (method: RouteOptions['method']): string[] {

@@ -28,16 +28,28 @@ export interface ResolvedOptions {
   printPolicies: boolean
   metrics: boolean
   batchWrites: boolean
+  maxBatch: number
+  maxPending: number
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 const POLICY_NAME = /^[\x20-\x7e]{1,64}$/
 
-const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites'])
+const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
+const MAX_BATCH = 1024
+const MAX_PENDING = 1_000_000
+
+function integerOption (options: Record<string, unknown>, name: string, fallback: number, min: number, max: number): number {
+  const value = options[name] ?? fallback
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new FST_RRL_INVALID_OPTION(name, `must be an integer from ${min} to ${max} (got ${typeof value === 'string' ? JSON.stringify(value) : String(value)})`)
+  }
+  return value
+}
 
 function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
   if (value === undefined) return undefined
@@ -156,6 +168,8 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
     printPolicies: options.printPolicies === true,
     metrics: options.metrics !== false,
-    batchWrites: options.batchWrites !== false
+    batchWrites: options.batchWrites !== false,
+    maxBatch: integerOption(options, 'maxBatch', 128, 1, MAX_BATCH),
+    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING)
   }
 }

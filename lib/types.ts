@@ -91,10 +91,18 @@ export interface RateLimitPluginOptions {
   /** Record OpenTelemetry metrics when @opentelemetry/api is installed; default true. */
   metrics?: boolean
   /**
-   * Send every decision of one event-loop turn in one socket write (standalone
-   * Redis clients); default true. See README "Performance".
+   * Coalesce the decisions of one event-loop turn into one script call (per
+   * slot on a Cluster); default true. `false` sends one call per decision at
+   * once. See README "Performance".
    */
   batchWrites?: boolean
+  /** Decisions per script call, at most (1 to 1024); default 128. */
+  maxBatch?: number
+  /**
+   * Decisions queued or waiting on Redis, at most, per plugin instance (1 to
+   * 1,000,000); default 50,000. Beyond it the route's `onRedisError` answers at once.
+   */
+  maxPending?: number
   /**
    * Test clock: milliseconds since the epoch. When set, scripts use it instead
    * of Redis `TIME`. For tests only; production uses the Redis clock.

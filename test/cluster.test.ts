@@ -76,21 +76,19 @@ test('setup: a 3-master cluster', async (t) => {
   t.comment(`figures ${JSON.stringify({ clusterStartMs: Date.now() - started })}`)
 })
 
-test('cluster: two instances, 200 concurrent requests over sockets, limit 25 → exactly 25 for every algorithm', async (t) => {
+test('cluster: fresh clients, the first burst after ready(): two instances, 200 concurrent requests over sockets, limit 25 → exactly 25 for every algorithm', async (t) => {
   const LIMIT = 25
   const REQUESTS = 200
-  const fleet: Array<{ app: FastifyInstance, base: string }> = []
-  t.teardown(async () => { for (const member of fleet) await member.app.close() })
-  for (let i = 0; i < 2; i++) {
-    // Atomicity is under test here, not latency: a generous timeout on a loaded CI machine.
-    const app = await buildApp({ redis: await readyClient(), prefix: 'cc', timeout: 5000, user: (req) => req.headers['x-user'] as string | undefined })
-    for (const algorithm of ALGORITHMS) {
-      app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: LIMIT, window: '1h', by: 'user' } } }, async () => 'ok')
-    }
-    fleet.push({ app, base: await app.listen({ port: 0, host: '127.0.0.1' }) })
-  }
   const counts: Record<string, number> = {}
   for (const algorithm of ALGORITHMS) {
+    // A new fleet per algorithm, on Cluster clients created just now, with the plugin's default
+    // options: ready() connects every master and loads the script, so the first burst is exact.
+    const fleet: Array<{ app: FastifyInstance, base: string }> = []
+    for (let i = 0; i < 2; i++) {
+      const app = await buildApp({ redis: clusterClient(1000), prefix: `cc-${algorithm}`, user: (req) => req.headers['x-user'] as string | undefined })
+      app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: LIMIT, window: '1h', by: 'user' } } }, async () => 'ok')
+      fleet.push({ app, base: await app.listen({ port: 0, host: '127.0.0.1' }) })
+    }
     const statuses = await Promise.all(Array.from({ length: REQUESTS }, async (_, i) => {
       const res = await request(`${fleet[i % 2]!.base}/${algorithm}`, { headers: { 'x-user': 'one-identity' } })
       await res.body.dump()
@@ -99,13 +97,26 @@ test('cluster: two instances, 200 concurrent requests over sockets, limit 25 →
     counts[algorithm] = statuses.filter((code) => code === 200).length
     t.equal(counts[algorithm], LIMIT, `${algorithm}: exactly ${LIMIT} admitted`)
     t.equal(statuses.filter((code) => code === 429).length, REQUESTS - LIMIT, `${algorithm}: every other request refused with 429`)
+    for (const member of fleet) t.equal(member.app.rateLimit.stats().degraded, 0, `${algorithm}: nothing degraded`)
+    for (const member of fleet) await member.app.close()
+    // One identity, one route: the algorithm's state lives in exactly one key, on one node.
+    t.equal([...(await keysByNode(`cc-${algorithm}`)).values()].flat().length, 1, `${algorithm}: one key`)
   }
-  // One identity, one route: each algorithm's state lives in exactly one key, on one node.
-  const byNode = await keysByNode('cc')
-  const all = [...byNode.values()].flat()
-  t.equal(all.length, ALGORITHMS.length, 'one key per algorithm')
-  for (const member of fleet) t.equal(member.app.rateLimit.stats().degraded, 0)
   t.comment(`figures ${JSON.stringify({ clusterAdmitted: counts, limit: LIMIT, requests: REQUESTS })}`)
+})
+
+test('cluster: ready() loads the script on every master before the first request', async (t) => {
+  const app = await buildApp({ redis: clusterClient(1000), prefix: 'warm' })
+  app.get('/w', { config: { rateLimit: { limit: 5, window: '1m' } } }, async () => 'ok')
+  for (const node of cluster.nodes) await cluster.admin(node.port).script('FLUSH')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  const { buildBatchScript } = await import('../lib/scripts.js')
+  const sha = buildBatchScript().sha
+  for (const node of cluster.nodes) {
+    const [loaded] = await cluster.admin(node.port).script('EXISTS', sha) as number[]
+    t.equal(loaded, 1, `master ${node.port} has the batch script`)
+  }
 })
 
 test('cluster: the slot of a live key migrates during traffic; decisions stay within the timeout, the count is intact', async (t) => {

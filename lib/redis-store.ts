@@ -1,9 +1,9 @@
 import { Command, type Cluster, type Redis } from 'ioredis'
 import type { AlgorithmName, RawDecision } from './algorithm-types.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE } from './errors.js'
-import type { BlockRun } from './policy.js'
 import { buildMultiScript, loadScripts, type LoadedScript } from './scripts.js'
-import type { Store } from './store.js'
+import { multiRefundMode, SCRIPT_MODE } from './script-modes.js'
+import type { BlockRun, DecideMode, Store } from './store.js'
 import { WriteBatcher } from './write-batching.js'
 
 /*
@@ -94,25 +94,25 @@ export class RedisStore implements Store {
    * One block: its own script (EVALSHA, 1 key). Several: the multi script,
    * which decides them all in the same call, all-or-nothing.
    */
-  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean): Promise<RawDecision[]> {
+  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], decideMode: DecideMode): Promise<RawDecision[]> {
     const client = this.#client
     if (client.status !== 'ready') return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`))
-    const mode = dry ? '1' : ''
+    const mode = SCRIPT_MODE[decideMode]
     const count = runs.length
     const { script, args } = this.#invocation(runs, keys, costs, [mode], mode, true)
     return this.#run(script, args, (reply) => count === 1 ? [toDecision(reply)] : toDecisions(reply, count))
   }
 
   /**
-   * refundOn: one call gives back every block's units (see the `'2'` mode of
-   * each script and the multi script's `r<ms>` mode). Bounded by the same timeout.
+   * refundOn: one call gives back every block's units (see the refund modes in
+   * script-modes.ts). Bounded by the same timeout.
    */
   refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
     const client = this.#client
     if (client.status !== 'ready') return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`))
     const elapsed = String(Math.max(0, Math.round(elapsedMs)))
     const count = runs.length
-    const { script, args } = this.#invocation(runs, keys, costs, ['2', elapsed], 'r' + elapsed, false)
+    const { script, args } = this.#invocation(runs, keys, costs, [SCRIPT_MODE.refund, elapsed], multiRefundMode(elapsed), false)
     return this.#run(script, args, (reply) => {
       if (!Array.isArray(reply) || reply.length !== count) throw new FST_RRL_BAD_SCRIPT_REPLY()
       return reply.map((given) => given === 1)

@@ -1,10 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { RawDecision } from './algorithm-types.js'
+import { evaluate, peek, type DecisionInput, type Runtime } from './decide.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from './errors.js'
-import { evaluate, runsForTier, type Runtime } from './hook.js'
-import type { IdentityInput } from './identity.js'
-import type { BlockRun, CompiledBlock, CompiledPolicy } from './policy.js'
-import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitDecision, RateLimitIdentity } from './types.js'
+import { assembleKeys } from './keys.js'
+import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
+import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity } from './types.js'
+import { isCost, MAX_COST } from './validate.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -13,8 +13,6 @@ import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitDecision
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
  * target's `by` parts would read from a request (see types.ts).
  */
-
-const MAX_COST = 100_000_000
 
 export function summarize (block: CompiledBlock, fromDefault: boolean): PolicyBlockSummary {
   const { params } = block.base
@@ -68,52 +66,15 @@ function identityInput (identity: unknown, method: string): RateLimitIdentity {
 
 function apiCost (cost: unknown, method: string): number {
   if (cost === undefined) return 1
-  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${String(cost)})`)
+  if (!isCost(cost)) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${String(cost)})`)
   return cost
 }
 
-function keysOf (policy: CompiledPolicy, identity: IdentityInput): string[] {
-  const resolved = policy.identities.map((compiled) => compiled.resolveInput(identity))
-  return policy.keyHeads.map((head, i) => head + (resolved[policy.identityOf[i] as number] as string) + (policy.keyTails[i] as string))
-}
-
-/** A dry decision, shaped like request.rateLimit; `remaining` is what is available now. */
-function peekDecision (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: RawDecision[], cost: number): RateLimitDecision {
-  let rejected = false
-  let shadowLimited = false
-  let binding = 0
-  let latest = -1
-  let fewest = Infinity
-  const policies = decisions.map((decision, i) => {
-    const run = runs[i] as BlockRun
-    const remaining = decision.allowed ? decision.remaining + cost : decision.remaining
-    if (run.shadow) {
-      if (!decision.allowed) shadowLimited = true
-    } else if (!decision.allowed) {
-      rejected = true
-      if (decision.retryAfterMs > latest) {
-        latest = decision.retryAfterMs
-        binding = i
-      }
-    } else if (!rejected && remaining < fewest) {
-      fewest = remaining
-      binding = i
-    }
-    return { policy: (policy.blocks[i] as CompiledBlock).name, allowed: decision.allowed, limit: run.params.limit, remaining, resetMs: decision.resetMs, retryAfterMs: decision.retryAfterMs, shadow: run.shadow, tier: run.tier }
-  })
-  const top = policies[binding] as RateLimitDecision['policies'][0]
-  return {
-    allowed: !rejected,
-    limit: top.limit,
-    remaining: top.remaining,
-    resetMs: top.resetMs,
-    retryAfterMs: top.retryAfterMs,
-    policy: top.policy,
-    degraded: false,
-    outcome: rejected ? 'limited' : shadowLimited ? 'shadow-limited' : 'allowed',
-    tier: top.tier,
-    policies
-  }
+/** The decision input for an API call: the identity's keys under the target's runs for its tier. */
+function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number): DecisionInput {
+  const runs = runsForTier(policy, identity.tier)
+  const keys = assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
+  return { policy, runs, keys, costs: runs.map(() => units) }
 }
 
 export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[]): RateLimitApi {
@@ -122,16 +83,12 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     stats: () => ({ ...runtime.stats }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
-      const input = identityInput(identity, 'peek')
-      const units = apiCost(cost, 'peek')
-      const runs = runsForTier(policy, input.tier)
-      const decisions = await runtime.store.decide(runs, keysOf(policy, input), runs.map(() => units), true)
-      return peekDecision(policy, runs, decisions, units)
+      return await peek(apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek')), runtime)
     },
     async reset (target, identity) {
       const policy = registry.find(target, 'reset')
       const input = identityInput(identity, 'reset')
-      const keys = keysOf(policy, input)
+      const keys = apiInput(policy, input, 1).keys
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
       for (const key of own) runtime.denyCache?.delete(key)
@@ -139,11 +96,8 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
-      const input = identityInput(identity, 'consume')
-      const units = apiCost(cost, 'consume')
-      const runs = runsForTier(policy, input.tier)
-      const evaluation = await evaluate(policy, runs, keysOf(policy, input), runs.map(() => units), runtime, log, `api ${policy.route}`, 'api')
-      return evaluation.decision
+      const input = apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'))
+      return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
     }
   }
 }

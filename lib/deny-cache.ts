@@ -72,30 +72,3 @@ export class DenyCache {
     this.#entries.clear()
   }
 }
-
-/**
- * Remembers, per key, until when an event has been reported: rejections log
- * once per identity per window, not once per request under a flood. Bounded
- * like the deny cache (an evicted key may log once more, never less).
- */
-export class OncePerWindow {
-  readonly #max: number
-  readonly #until = new Map<string, number>()
-
-  constructor (max = 10_000) {
-    this.#max = max
-  }
-
-  /** True the first time for `key` until `until`; false while that window lasts. */
-  first (key: string, now: number, until: number): boolean {
-    const known = this.#until.get(key)
-    if (known !== undefined && known > now) return false
-    this.#until.delete(key)
-    this.#until.set(key, until)
-    if (this.#until.size > this.#max) {
-      const oldest = this.#until.keys().next().value
-      if (oldest !== undefined) this.#until.delete(oldest)
-    }
-    return true
-  }
-}

@@ -1,12 +1,14 @@
 import type { FastifyReply } from 'fastify'
 import type { RawDecision } from './algorithm-types.js'
-import type { BlockRun, CompiledPolicy } from './policy.js'
+import { retryAfterSeconds, secondsCeil, shownRemaining } from './decision-math.js'
+import type { BlockRun } from './store.js'
 import type { HeaderMode } from './types.js'
 
 /*
  * The only module that knows header syntax: IETF httpapi-ratelimit-headers
  * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. A later
- * draft is a change here and nowhere else.
+ * draft is a change here and nowhere else: the block compiler asks this module
+ * for the strings it precomputes (sfString, policyItem, policyHeaderValue).
  *
  * `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
  * restored on an admitted request, and equals the policy's own retry delay on
@@ -20,13 +22,27 @@ import type { HeaderMode } from './types.js'
  * violated one with the latest retry, or the one with the fewest units left).
  */
 
-export function secondsCeil (ms: number): number {
-  return Math.ceil(ms / 1000)
+/** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
+export function sfString (value: string): string {
+  return '"' + value.replace(/[\\"]/g, '\\$&') + '"'
 }
 
-/** Whole seconds for Retry-After: at least 1, never earlier than the decision says. */
-export function retryAfterSeconds (retryAfterMs: number): number {
-  return Math.max(1, secondsCeil(retryAfterMs))
+/** One `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;tier="pro"`). */
+export function policyItem (nameItem: string, limit: number, windowMs: number, tier: string | undefined): string {
+  return `${nameItem};q=${limit};w=${Math.max(1, secondsCeil(windowMs))}` + (tier === undefined ? '' : `;tier=${sfString(tier)}`)
+}
+
+/** The `RateLimit-Policy` value for one list of runs: enforced ones only; '' = send none. */
+export function policyHeaderValue (runs: readonly BlockRun[]): string {
+  return runs.filter((run) => !run.shadow).map((run) => run.policyItem).join(', ')
+}
+
+/** What the writers read from a compiled policy (its precomputed header strings). */
+export interface HeaderSource {
+  /** The `RateLimit-Policy` value per run list (see policyHeaderValue). */
+  policyHeaders: ReadonlyMap<readonly BlockRun[], string>
+  /** Per block, its name as a Structured Fields string. */
+  blocks: ReadonlyArray<{ nameItem: string }>
 }
 
 /**
@@ -34,17 +50,18 @@ export function retryAfterSeconds (retryAfterMs: number): number {
  * cache answer knows only the blocks it holds); `binding` indexes the block
  * the legacy headers report.
  */
-export type HeaderWriter = (reply: FastifyReply, policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, binding: number) => void
+export type HeaderWriter = (reply: FastifyReply, policy: HeaderSource, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, binding: number) => void
 
-function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, policy: CompiledPolicy): string {
+function resetSeconds (decision: RawDecision): number {
+  return decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
+}
+
+function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, policy: HeaderSource): string {
   let value = ''
   for (let i = 0; i < runs.length; i++) {
-    const run = runs[i] as BlockRun
     const decision = decisions[i]
-    if (run.shadow || decision === undefined) continue
-    const remaining = rejected && decision.allowed ? decision.remaining + (costs[i] as number) : decision.remaining
-    const t = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
-    value += (value === '' ? '' : ', ') + `${(policy.blocks[i] as { nameItem: string }).nameItem};r=${remaining};t=${t}`
+    if ((runs[i] as BlockRun).shadow || decision === undefined) continue
+    value += (value === '' ? '' : ', ') + `${(policy.blocks[i] as { nameItem: string }).nameItem};r=${shownRemaining(decision, costs[i] as number, !rejected)};t=${resetSeconds(decision)}`
   }
   return value
 }
@@ -62,8 +79,8 @@ const writeLegacy: HeaderWriter = (reply, _policy, runs, decisions, costs, rejec
   const decision = decisions[binding]
   if (run.shadow || decision === undefined) return
   reply.header('x-ratelimit-limit', run.params.limit)
-  reply.header('x-ratelimit-remaining', rejected && decision.allowed ? decision.remaining + (costs[binding] as number) : decision.remaining)
-  reply.header('x-ratelimit-reset', decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs))
+  reply.header('x-ratelimit-remaining', shownRemaining(decision, costs[binding] as number, !rejected))
+  reply.header('x-ratelimit-reset', resetSeconds(decision))
 }
 
 const writeBoth: HeaderWriter = (reply, policy, runs, decisions, costs, rejected, binding) => {

@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify'
+import type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher } from './keys.js'
 
@@ -9,8 +10,7 @@ import { boundIdentity, identityHasher } from './keys.js'
  * never pools unrelated callers (it is per IP) and never errors.
  */
 
-export type IdentityFunction = (request: FastifyRequest) => string | undefined
-export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction
+export type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 
 /** What every part may log about itself: its kind, never its value. */
 export type IdentityKind = 'ip' | 'user' | 'api-key' | 'header' | 'param' | 'body' | 'custom'

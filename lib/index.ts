@@ -2,16 +2,17 @@ import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
-import { DenyCache, OncePerWindow } from './deny-cache.js'
+import { DenyCache } from './deny-cache.js'
 import { loadMetrics } from './diagnostics.js'
 import { headerWriter } from './headers.js'
-import { BurstLogger, createRefundHook, createRouteHook, type Runtime } from './hook.js'
 import type { IdentityKind } from './identity.js'
 import { fastifyTrustProxy } from './ip.js'
+import { BurstLogger, OncePerWindow } from './log-throttle.js'
 import { MemoryStore } from './memory-store.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
+import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
 import { unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
 import type { PolicySummary, RateLimitPluginOptions } from './types.js'
@@ -44,7 +45,8 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
   if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
-  const identityErrors = new BurstLogger()
+  const clock = options.clock ?? Date.now
+  const identityErrors = new BurstLogger(clock)
   const context: CompileContext = {
     prefix: options.prefix,
     onRedisError: options.onRedisError,
@@ -70,16 +72,16 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   })
   for (const [name, policy] of named) registry.add(name, policy)
 
-  const runtime: Runtime = {
+  const runtime: RouteRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0 },
-    failures: new BurstLogger(),
-    badInput: new BurstLogger(),
+    failures: new BurstLogger(clock),
+    badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
     denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
     rejections: new OncePerWindow(),
-    clock: options.clock ?? Date.now,
+    clock,
     tier: options.tier,
     metrics: undefined
   }

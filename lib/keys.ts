@@ -1,7 +1,25 @@
 import { createHash, createHmac } from 'node:crypto'
+import type { AlgorithmName } from './algorithm-types.js'
 
 /*
- * Key scheme: `<prefix>:{<METHOD>:<route>|<identity>}:<suffix>`.
+ * The whole key layout, and the one place keys are assembled. Every key of
+ * one request shares one Redis Cluster hash tag:
+ *
+ *   - no globalLimits:  <prefix>:{<METHOD>:<route>|<identity>}:<suffix>
+ *   - with globalLimits, route block:  <prefix>:{<identity>}:<METHOD>:<route>:<suffix>
+ *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
+ *
+ * <suffix> is the algorithm's two letters and the window in ms (`sw60000`);
+ * a second block with the same algorithm and window on one route (or among
+ * the globals) gets `.<index>` appended. Limits and tiers are not part of a
+ * key, so changing a limit, or a caller changing tier, keeps the count.
+ * Blocks of one request that use different identities (`by`) cannot share a
+ * tag: each keeps its own (route blocks the first form, globals the third),
+ * which a single Redis or Sentinel accepts and a Redis Cluster refuses (so
+ * that combination is a startup error with a Cluster client).
+ *
+ * Key names are shared by old and new instances during a rolling deploy:
+ * nothing here may change a key for the same configuration.
  *
  * - The route and identity sit inside one hash tag, so every key of one
  *   decision lands in one Redis Cluster slot, while different callers spread.
@@ -72,4 +90,65 @@ export function keyTail (suffix: string): string {
  */
 export function boundIdentity (identity: string): string {
   return identity.length <= MAX_IDENTITY_LENGTH ? identity : hashedForm(identity)
+}
+
+/** The HEAD route Fastify adds for a GET shares the GET's bucket, and so does an explicit HEAD. */
+export function keyMethod (method: string | string[]): string {
+  if (Array.isArray(method)) return [...new Set(method.map(keyMethod))].sort().join(',')
+  const upper = method.toUpperCase()
+  return upper === 'HEAD' ? 'GET' : upper
+}
+
+const SUFFIX: Record<AlgorithmName, string> = {
+  'fixed-window': 'fw',
+  'sliding-window': 'sw',
+  'sliding-log': 'sl',
+  'token-bucket': 'tb',
+  gcra: 'gc'
+}
+
+/** A block's key suffix before sibling disambiguation: `sw60000`. */
+export function keySuffix (algorithm: AlgorithmName, windowMs: number): string {
+  return SUFFIX[algorithm] + windowMs
+}
+
+/** Gives same-suffix siblings distinct keys: the second `sw60000` becomes `sw60000.1`. */
+export function distinctSuffixes (blocks: ReadonlyArray<{ suffix: string }>): void {
+  const seen = new Set<string>()
+  blocks.forEach((block, index) => {
+    if (seen.has(block.suffix)) block.suffix = `${block.suffix}.${index}`
+    seen.add(block.suffix)
+  })
+}
+
+/** Where the keys of one policy come from: key i = heads[i] + identity[identityOf[i]] + tails[i]. */
+export interface KeyLayout {
+  keyHeads: readonly string[]
+  keyTails: readonly string[]
+  /** Block i's identity is the identityOf[i]-th resolved value. */
+  identityOf: readonly number[]
+}
+
+/**
+ * The layout of one policy's keys, computed once at startup. `route` is
+ * undefined for a policy of global blocks alone (they have no route).
+ */
+export function keyLayout (prefix: string, route: { method: string | string[], url: string } | undefined, blocks: ReadonlyArray<{ global: boolean, suffix: string }>, identityOf: readonly number[]): KeyLayout {
+  const segment = route === undefined ? '' : routeSegment(keyMethod(route.method), route.url)
+  const identityCount = Math.max(...identityOf) + 1
+  // With a global block and one identity, the identity alone is the tag, so route and global keys share a slot.
+  const tagByIdentity = blocks.some((block) => block.global) && identityCount === 1
+  return {
+    keyHeads: blocks.map((block) => block.global || tagByIdentity ? `${prefix}:{` : keyHead(prefix, segment)),
+    keyTails: blocks.map((block) => keyTail(block.global ? `*:${block.suffix}` : tagByIdentity ? `${segment}:${block.suffix}` : block.suffix)),
+    identityOf
+  }
+}
+
+/** One key per block, from the identities resolved for this request (one value per distinct identity). */
+export function assembleKeys (layout: KeyLayout, identities: readonly string[]): string[] {
+  const { keyHeads, keyTails, identityOf } = layout
+  const keys = new Array<string>(keyHeads.length)
+  for (let i = 0; i < keyHeads.length; i++) keys[i] = (keyHeads[i] as string) + (identities[identityOf[i] as number] as string) + (keyTails[i] as string)
+  return keys
 }

@@ -1,7 +1,6 @@
 import type { RawDecision } from './algorithm-types.js'
 import { memoryAlgorithms, type MemoryStep } from './memory-algorithms.js'
-import type { BlockRun } from './policy.js'
-import type { Store } from './store.js'
+import type { BlockRun, DecideMode, Store } from './store.js'
 
 interface Entry {
   state: unknown
@@ -29,10 +28,11 @@ export class MemoryStore implements Store {
     this.#sweeper.unref()
   }
 
-  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean): Promise<RawDecision[]> {
-    return Promise.resolve(this.decideNow(runs, keys, costs, dry))
+  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
+    return Promise.resolve(this.decideNow(runs, keys, costs, mode === 'peek'))
   }
 
+  /** The model's synchronous entry (property tests drive it with their own `now`); `dry` is a peek. */
   decideNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean, now: number = this.#clock()): RawDecision[] {
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true

@@ -3,6 +3,7 @@ import { FST_RRL_INVALID_OPTION } from './errors.js'
 import type { IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
 import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
+import { choiceProblem, FAILURE_POLICIES, isPolicyName, MODES, POLICY_NAME_RULE } from './validate.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
@@ -34,9 +35,9 @@ export interface ResolvedOptions {
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
-const POLICY_NAME = /^[\x20-\x7e]{1,64}$/
 
-const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending'])
+/** Every plugin option (the README documents each; test/readme.test.ts checks). */
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -49,6 +50,16 @@ function integerOption (options: Record<string, unknown>, name: string, fallback
     throw new FST_RRL_INVALID_OPTION(name, `must be an integer from ${min} to ${max} (got ${typeof value === 'string' ? JSON.stringify(value) : String(value)})`)
   }
   return value
+}
+
+const STORES = ['redis', 'memory'] as const
+const HEADER_MODES = ['ietf', 'legacy', 'both', false] as const
+
+/** `value` when it is one of `choices`, else the coded option error with the shared message. */
+function choice<T extends string | false> (name: string, value: unknown, choices: readonly T[]): T {
+  const problem = choiceProblem(value, choices)
+  if (problem !== undefined) throw new FST_RRL_INVALID_OPTION(name, problem)
+  return value as T
 }
 
 function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
@@ -72,11 +83,10 @@ function resolveHashSecret (value: unknown): Buffer | undefined {
 export function resolveOptions (input: RateLimitPluginOptions | undefined): ResolvedOptions {
   const options = (input ?? {}) as Record<string, unknown>
   for (const name of Object.keys(options)) {
-    if (!KNOWN.has(name)) throw new FST_RRL_INVALID_OPTION(name, `is not an option (known: ${[...KNOWN].join(', ')})`)
+    if (!OPTION_NAMES.has(name)) throw new FST_RRL_INVALID_OPTION(name, `is not an option (known: ${[...OPTION_NAMES].join(', ')})`)
   }
 
-  const store = options.store ?? 'redis'
-  if (store !== 'redis' && store !== 'memory') throw new FST_RRL_INVALID_OPTION('store', `must be 'redis' or 'memory' (got ${JSON.stringify(store)})`)
+  const store = choice('store', options.store ?? 'redis', STORES)
 
   const redis = options.redis
   if (redis !== undefined && (redis === null || typeof (redis as { evalsha?: unknown }).evalsha !== 'function' || typeof (redis as { status?: unknown }).status !== 'string')) {
@@ -88,18 +98,14 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     throw new FST_RRL_INVALID_OPTION('prefix', `must be 1 to ${MAX_PREFIX_LENGTH} characters from A-Z a-z 0-9 _ . : - (got ${JSON.stringify(prefix)})`)
   }
 
-  const onRedisError = options.onRedisError ?? 'open'
-  if (onRedisError !== 'open' && onRedisError !== 'closed') throw new FST_RRL_INVALID_OPTION('onRedisError', `must be 'open' or 'closed' (got ${JSON.stringify(onRedisError)})`)
+  const onRedisError = choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES)
 
   const timeout = options.timeout ?? 50
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${String(timeout)})`)
   }
 
-  const headers = options.headers ?? 'ietf'
-  if (headers !== 'ietf' && headers !== 'legacy' && headers !== 'both' && headers !== false) {
-    throw new FST_RRL_INVALID_OPTION('headers', `must be 'ietf', 'legacy', 'both' or false (got ${JSON.stringify(headers)})`)
-  }
+  const headers = choice('headers', options.headers ?? 'ietf', HEADER_MODES)
 
   const ipv6Subnet = options.ipv6Subnet ?? 64
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
@@ -127,8 +133,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     denyCacheMax = max
   }
 
-  const mode = options.mode ?? 'enforce'
-  if (mode !== 'enforce' && mode !== 'shadow') throw new FST_RRL_INVALID_OPTION('mode', `must be 'enforce' or 'shadow' (got ${JSON.stringify(mode)})`)
+  const mode = choice('mode', options.mode ?? 'enforce', MODES)
 
   const tier = options.tier
   if (tier !== undefined && typeof tier !== 'function') throw new FST_RRL_INVALID_OPTION('tier', 'must be a function (request) => string | undefined')
@@ -136,7 +141,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
   const policies = options.policies ?? {}
   if (policies === null || typeof policies !== 'object' || Array.isArray(policies)) throw new FST_RRL_INVALID_OPTION('policies', 'must be an object { name: block or array of blocks }')
   for (const name of Object.keys(policies)) {
-    if (!POLICY_NAME.test(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use 1 to 64 printable ASCII characters`)
+    if (!isPolicyName(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use ${POLICY_NAME_RULE}`)
   }
 
   for (const flag of ['printPolicies', 'metrics', 'batchWrites'] as const) {

@@ -1,10 +1,10 @@
 import type { Cluster, Redis } from 'ioredis'
 import type { RawDecision } from './algorithm-types.js'
 import { FST_RRL_REDIS_UNAVAILABLE } from './errors.js'
-import type { BlockRun } from './policy.js'
 import { Dispatcher, type DispatchOptions } from './redis-dispatch.js'
+import { multiRefundMode, SCRIPT_MODE } from './script-modes.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
-import type { Store } from './store.js'
+import type { BlockRun, DecideMode, Store } from './store.js'
 
 /*
  * The Redis store: every decision, peek and refund goes through the
@@ -62,15 +62,15 @@ export class RedisStore implements Store {
   }
 
   /** Every block of one request, all-or-nothing, in this turn's batch. */
-  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean): Promise<RawDecision[]> {
+  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ keys, args: segment(runs, costs, dry ? '1' : ''), replyLength: runs.length * 4, resolve: (values) => { resolve(toDecisions(values)) }, reject })
+      this.#dispatcher.enqueue({ keys, args: segment(runs, costs, SCRIPT_MODE[mode]), replyLength: runs.length * 4, resolve: (values) => { resolve(toDecisions(values)) }, reject })
     })
   }
 
   /** refundOn: gives back every block's units, spent `elapsedMs` ago, in this turn's batch. */
   refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
-    const mode = 'r' + String(Math.max(0, Math.round(elapsedMs)))
+    const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
     return new Promise((resolve, reject) => {
       this.#dispatcher.enqueue({ keys, args: segment(runs, costs, mode), replyLength: runs.length, resolve: (values) => { resolve(values.map((given) => given === 1)) }, reject })
     })

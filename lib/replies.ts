@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { CompiledPolicy } from './policy.js'
+import { UNAVAILABLE_RETRY_SECONDS } from './decision-math.js'
 
 /*
  * RFC 9457 problem details for the two refusals. No Redis error text and no
@@ -11,10 +11,13 @@ const PROBLEM_TYPE = 'application/problem+json'
 export const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 export const TEMPORARY_REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity'
 
-/** Retry-After for a 503: the limiter usually recovers within a second or two. */
-export const UNAVAILABLE_RETRY_SECONDS = 1
+/** What a reply reads from a compiled policy. */
+export interface ReplySource {
+  /** Whether a body may echo the request path (not when an identity comes from a path param). */
+  echoPath: boolean
+}
 
-function instanceOf (request: FastifyRequest, policy: CompiledPolicy): string {
+function instanceOf (request: FastifyRequest, policy: ReplySource): string {
   if (!policy.echoPath) return request.routeOptions.url ?? '/'
   const query = request.url.indexOf('?')
   return query === -1 ? request.url : request.url.slice(0, query)
@@ -24,14 +27,14 @@ function instanceOf (request: FastifyRequest, policy: CompiledPolicy): string {
 const QUOTA_BODY_HEAD = `{"type":${JSON.stringify(QUOTA_EXCEEDED)},"title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry in `
 
 /** `violated` names every enforced policy that refused the request. */
-export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retrySeconds: number, violated: string[]): FastifyReply {
+export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, retrySeconds: number, violated: string[]): FastifyReply {
   reply.code(429).header('retry-after', retrySeconds).type(PROBLEM_TYPE)
   return reply.send(QUOTA_BODY_HEAD + retrySeconds + (retrySeconds === 1 ? ' second.' : ' seconds.') +
     '","instance":' + JSON.stringify(instanceOf(request, policy)) +
     ',"violated-policies":' + JSON.stringify(violated) + '}')
 }
 
-export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy): FastifyReply {
+export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: ReplySource): FastifyReply {
   reply.code(503).header('retry-after', UNAVAILABLE_RETRY_SECONDS).type(PROBLEM_TYPE)
   return reply.send(JSON.stringify({
     type: TEMPORARY_REDUCED_CAPACITY,

@@ -1,16 +1,44 @@
-import type { RawDecision } from './algorithm-types.js'
-import type { BlockRun } from './policy.js'
+import type { AlgorithmName, BlockParams, RawDecision } from './algorithm-types.js'
+
+/*
+ * The store contract: what every store (Redis, memory) takes and answers.
+ * It sits low in the module map (it imports only the algorithm contract), so
+ * the stores never import the policy compiler that produces their input.
+ */
+
+/** The numbers one block runs with for one tier (or for all, without tiers). */
+export interface BlockRun {
+  algorithm: AlgorithmName
+  /** 1-based position in ALGORITHMS: the multi script's algorithm number. */
+  algorithmNumber: number
+  params: BlockParams
+  /** limit, windowMs, burst as script arguments. */
+  scriptArgs: readonly [string, string, string]
+  /** Decided and recorded, never blocks the request. */
+  shadow: boolean
+  /** The tier this run applies to, or undefined when the block has no tiers. */
+  tier: string | undefined
+  /** `"name";q=100;w=60` (plus `;tier="pro"` with tiers), rendered once by headers.ts. */
+  policyItem: string
+}
+
+/**
+ * How `Store.decide` runs: `'charge'` decides and, when every enforced run
+ * admits, charges the request; `'peek'` decides and writes nothing (the API's
+ * peek). A name rather than a boolean, so a call site says what it does.
+ */
+export type DecideMode = 'charge' | 'peek'
 
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
    * Decides every block of one request at once, all-or-nothing: when every
    * enforced (non-shadow) run admits, each enforced run and each admitting
-   * shadow run is charged; otherwise nothing is written. With `dry`, nothing is
-   * written in any case (a peek). Returns one decision per run, in order.
+   * shadow run is charged; otherwise nothing is written. With `'peek'`, nothing
+   * is written in any case. Returns one decision per run, in order.
    * Rejects on any failure (unavailable, timeout, bad reply); the caller applies onRedisError.
    */
-  decide: (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean) => Promise<RawDecision[]>
+  decide: (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode) => Promise<RawDecision[]>
   /**
    * Gives back `costs[i]` to each run's key, spent `elapsedMs` ago (refundOn).
    * One atomic call; returns per run whether units were given back.

@@ -1,10 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import type { AlgorithmName } from './algorithm-types.js'
-import type { IdentityFunction, IdentityPartSpec } from './identity.js'
+import type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 
 export type { AlgorithmName } from './algorithm-types.js'
-export type { IdentityFunction, IdentityPartSpec } from './identity.js'
+export type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 
 export type FailurePolicy = 'open' | 'closed'
 export type HeaderMode = 'ietf' | 'legacy' | 'both' | false

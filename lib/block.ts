@@ -1,0 +1,226 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type AlgorithmName } from './algorithm-types.js'
+import { parseWindow } from './duration.js'
+import { FST_RRL_INVALID_BLOCK } from './errors.js'
+import { policyItem, sfString } from './headers.js'
+import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
+import { keyMethod, keySuffix } from './keys.js'
+import type { BlockRun } from './store.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitMode } from './types.js'
+import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_NAME_RULE } from './validate.js'
+
+/*
+ * One block: validated and compiled once, at onRoute (or at register for
+ * defaultLimit, globalLimits and policies). Everything that does not depend on
+ * the route's other blocks is decided here; policy.ts composes blocks into a
+ * route's policy. A bad block throws FST_RRL_INVALID_BLOCK naming the route and
+ * the field, so bad configuration fails startup, never a request.
+ */
+
+/** The fields a block may have (the README documents each; test/readme.test.ts checks). */
+export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn'])
+/** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
+const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
+/** The tier every tier map must define: used when `tier(request)` gives nothing or an unknown name. */
+export const FALLBACK_TIER = 'default'
+
+export type RefundPredicate = (reply: FastifyReply) => boolean
+
+export interface CompiledBlock {
+  name: string
+  /** `"name"`: the policy name as a Structured Fields string. */
+  nameItem: string
+  algorithm: AlgorithmName
+  /** The run for the fallback tier (or the only one). */
+  base: BlockRun
+  /** Per-tier runs, when limit or burst is a tier map. */
+  tiers: Map<string, BlockRun> | undefined
+  cost: number | ((request: FastifyRequest) => number)
+  mode: RateLimitMode
+  onRedisError: FailurePolicy
+  refundOn: RefundPredicate | undefined
+  /** Key suffix, e.g. `sw60000` (`.1` appended for a same-suffix sibling). */
+  suffix: string
+  identity: CompiledIdentity
+  /** The raw `by`, to tell whether two blocks share an identity. */
+  bySpec: RateLimitBlock['by']
+  by: string[]
+  global: boolean
+  /** Where it was declared, for errors: `GET /x`, `GET /x rateLimit[1]`, `globalLimits[0]`. */
+  origin: string
+}
+
+export interface CompileContext extends IdentityContext {
+  prefix: string
+  onRedisError: FailurePolicy
+  mode: RateLimitMode
+  /** The store talks to a Redis Cluster: every key of one request must share one slot. */
+  cluster: boolean
+}
+
+function defaultName (method: string, url: string): string {
+  const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
+  return `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+}
+
+function describeBy (by: RateLimitBlock['by'], hasUser: boolean): string[] {
+  if (by === undefined) return hasUser ? ['user', 'ip (when no user)'] : ['ip']
+  return (Array.isArray(by) ? by : [by]).map((part) => typeof part === 'function' ? `function ${part.name || '(anonymous)'}` : part)
+}
+
+type Fail = (field: string, message: string) => never
+
+/** A count, or a tier map of counts with the fallback tier. Returns the map's entries (fallback first). */
+function readCounts (value: unknown, field: string, max: number, maxText: string, fail: Fail): Array<[string | undefined, number]> {
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    const entries = Object.entries(value as Record<string, unknown>)
+    if (!Object.hasOwn(value, FALLBACK_TIER)) fail(field, `is a tier map without the fallback tier '${FALLBACK_TIER}' (got tiers ${entries.map(([name]) => JSON.stringify(name)).join(', ') || 'none'})`)
+    const out: Array<[string | undefined, number]> = []
+    for (const [tier, count] of entries) {
+      if (!TIER_NAME.test(tier)) fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
+      if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${String(count)})`)
+      out.push([tier, count as number])
+    }
+    out.sort((a, b) => (a[0] === FALLBACK_TIER ? -1 : b[0] === FALLBACK_TIER ? 1 : 0))
+    return out
+  }
+  if (!isCount(value, max)) fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${String(value)})`)
+  return [[undefined, value as number]]
+}
+
+/**
+ * Validates one block and compiles everything that does not depend on the
+ * route's other blocks. Throws FST_RRL_INVALID_BLOCK naming the route and the
+ * field: bad configuration fails startup, never a request.
+ */
+export function compileBlock (block: unknown, method: string | string[], url: string, context: CompileContext, fromDefault: boolean, position: { index: number, of: number, global: boolean }): CompiledBlock {
+  const methodLabel = Array.isArray(method) ? method.join(',') : method
+  const route = position.global ? `globalLimits[${position.index}]` : `${methodLabel} ${url}`
+  const where = fromDefault ? `${route} (from defaultLimit)` : route
+  const prefix = position.of > 1 && !position.global ? `rateLimit[${position.index}].` : ''
+  const fail: Fail = (field, message) => {
+    throw new FST_RRL_INVALID_BLOCK(where, prefix + field, message)
+  }
+  if (block === null || typeof block !== 'object' || Array.isArray(block)) {
+    return fail(position.global ? 'block' : 'rateLimit', 'must be an object like { limit: 100, window: \'1m\' } or false')
+  }
+  const input = block as Record<string, unknown>
+  for (const field of Object.keys(input)) {
+    if (!BLOCK_FIELDS.has(field)) fail(field, `is not a rate limit field (known: ${[...BLOCK_FIELDS].join(', ')})`)
+  }
+
+  const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
+  if (!ALGORITHMS.includes(algorithm)) fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
+  const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
+
+  const maxLimit = algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  const limits = readCounts(input.limit, 'limit', maxLimit, `${maxLimit}${algorithm === 'sliding-log' ? ' for sliding-log (one sorted-set entry per request)' : ''}`, fail)
+
+  const windowMs = parseWindow(input.window)
+  if (typeof windowMs === 'string') return fail('window', windowMs)
+
+  let bursts: Map<string | undefined, number> | undefined
+  if (input.burst !== undefined) {
+    if (!bursty) fail('burst', `only applies to token-bucket and gcra (algorithm is ${algorithm})`)
+    bursts = new Map(readCounts(input.burst, 'burst', MAX_LIMIT, String(MAX_LIMIT), fail))
+  }
+  const tiered = limits[0]?.[0] !== undefined || (bursts !== undefined && [...bursts.keys()][0] !== undefined)
+  // Every tier named in either map gets a run; a tier missing from one map takes that map's fallback.
+  const tierNames: Array<string | undefined> = tiered
+    ? [...new Set([FALLBACK_TIER, ...limits.map(([tier]) => tier as string), ...(bursts === undefined ? [] : [...bursts.keys()] as string[])].filter((tier) => tier !== undefined))]
+    : [undefined]
+  const limitOf = (tier: string | undefined): number => {
+    const own = limits.find(([name]) => name === tier) ?? limits.find(([name]) => name === FALLBACK_TIER) ?? limits[0]
+    return (own as [string | undefined, number])[1]
+  }
+  const burstOf = (tier: string | undefined, limit: number): number => {
+    if (bursts === undefined) return limit
+    return bursts.get(tier) ?? bursts.get(FALLBACK_TIER) ?? bursts.get(undefined) ?? limit
+  }
+  let minCapacity = Infinity
+  for (const tier of tierNames) {
+    const limit = limitOf(tier)
+    minCapacity = Math.min(minCapacity, bursty ? burstOf(tier, limit) : limit)
+  }
+
+  let cost: CompiledBlock['cost'] = 1
+  if (input.cost !== undefined) {
+    if (typeof input.cost === 'function') cost = input.cost as (request: FastifyRequest) => number
+    else if (isCount(input.cost, minCapacity)) cost = input.cost
+    else fail('cost', `must be an integer from 1 to the capacity (${minCapacity}${tiered ? ', the smallest tier\'s' : ''}) or a function (got ${String(input.cost)})`)
+  }
+
+  const onRedisError = (input.onRedisError ?? context.onRedisError) as FailurePolicy
+  const badFailurePolicy = choiceProblem(onRedisError, FAILURE_POLICIES)
+  if (badFailurePolicy !== undefined) fail('onRedisError', badFailurePolicy)
+  if (position.global && input.onRedisError !== undefined) fail('onRedisError', 'is decided by each route (a global block is decided together with the route\'s own blocks)')
+
+  const mode = (input.mode ?? context.mode) as RateLimitMode
+  const badMode = choiceProblem(mode, MODES)
+  if (badMode !== undefined) fail('mode', badMode)
+
+  if (input.refundOn !== undefined && typeof input.refundOn !== 'function') fail('refundOn', `must be a function (reply) => boolean (got ${typeof input.refundOn})`)
+  if (input.refundOn !== undefined && algorithm === 'sliding-log') fail('refundOn', 'is not supported by sliding-log (use fixed-window, sliding-window, token-bucket or gcra)')
+
+  const method4key = keyMethod(method)
+  const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url) + (position.index > 0 ? `-${position.index}` : ''))
+  if (!isPolicyName(name)) fail('name', `must be ${POLICY_NAME_RULE} (got ${JSON.stringify(input.name)})`)
+
+  const identity = compileIdentity(input.by as RateLimitBlock['by'], context, route)
+  if (typeof identity === 'string') return fail('by', identity)
+  if (identity.usesParams) {
+    if (position.global) fail('by', 'uses a route parameter, but a global block applies to every route')
+    for (const part of (Array.isArray(input.by) ? input.by : [input.by])) {
+      if (typeof part === 'string' && part.startsWith('param:') && !routeHasParam(url, part.slice(6))) {
+        fail('by', `uses ${JSON.stringify(part)} but the route has no :${part.slice(6)} parameter`)
+      }
+    }
+  }
+  if (position.global && identity.needsBody) fail('by', 'uses a body field, but a global block applies to every route (most have no body)')
+
+  const nameItem = sfString(name as string)
+  const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
+  const runOf = (tier: string | undefined): BlockRun => {
+    const limit = limitOf(tier)
+    const burst = bursty ? burstOf(tier, limit) : limit
+    return {
+      algorithm,
+      algorithmNumber,
+      params: { limit, windowMs, burst },
+      scriptArgs: [String(limit), String(windowMs), String(burst)],
+      shadow: mode === 'shadow',
+      tier,
+      policyItem: policyItem(nameItem, limit, windowMs, tier)
+    }
+  }
+  const base = runOf(tiered ? FALLBACK_TIER : undefined)
+  const tiers = tiered ? new Map(tierNames.map((tier) => [tier as string, tier === FALLBACK_TIER ? base : runOf(tier)])) : undefined
+  return {
+    name: name as string,
+    nameItem,
+    algorithm,
+    base,
+    tiers,
+    cost,
+    mode,
+    onRedisError,
+    refundOn: input.refundOn as RefundPredicate | undefined,
+    suffix: keySuffix(algorithm, windowMs),
+    identity,
+    bySpec: input.by as RateLimitBlock['by'],
+    by: describeBy(input.by as RateLimitBlock['by'], context.user !== undefined),
+    global: position.global,
+    origin: prefix === '' ? route : `${route} ${prefix.slice(0, -1)}`
+  }
+}
+
+function routeHasParam (url: string, name: string): boolean {
+  // Fastify params: `/:id`, `/:id(^\\d+)`, `/:from-:to`, `/:file.:ext`.
+  let at = url.indexOf(':' + name)
+  while (at !== -1) {
+    const next = url.charAt(at + name.length + 1)
+    if (!/[A-Za-z0-9_]/.test(next)) return true
+    at = url.indexOf(':' + name, at + 1)
+  }
+  return false
+}

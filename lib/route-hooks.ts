@@ -1,0 +1,145 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { RawDecision } from './algorithm-types.js'
+import { evaluate, type Runtime } from './decide.js'
+import { FST_RRL_INVALID_COST } from './errors.js'
+import type { HeaderWriter } from './headers.js'
+import { assembleKeys } from './keys.js'
+import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
+import { sendQuotaExceeded, sendUnavailable } from './replies.js'
+import type { BlockRun } from './store.js'
+import { isCost } from './validate.js'
+
+/*
+ * The Fastify side of a route's limit: what one request contributes (tier,
+ * keys, costs), the decision (decide.ts), then headers and either continue or
+ * a refusal; and the onResponse hook that gives units back (refundOn).
+ */
+
+/** The decision runtime plus the header writer chosen for the plugin's `headers` option. */
+export interface RouteRuntime extends Runtime {
+  writeHeaders: HeaderWriter
+}
+
+function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
+  const cost = block.cost
+  if (typeof cost === 'number') return cost
+  let value: unknown
+  try {
+    value = cost(request)
+  } catch (error) {
+    value = error
+  }
+  if (isCost(value)) return value
+  // A broken cost function must neither crash the request nor let it through for free.
+  // An async one's rejection must not go unhandled; an odd value is described by its type only.
+  const thenable = value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
+  if (thenable) Promise.resolve(value).catch(() => {})
+  const shown = value instanceof Error
+    ? `an error (${value.message})`
+    : typeof value === 'number' ? String(value) : thenable ? 'a Promise (cost functions must be synchronous)' : `a value of type ${value === null ? 'null' : typeof value}`
+  runtime.badInput.report(request.log, { err: new FST_RRL_INVALID_COST(route, shown), route }, 'rate limit cost function returned an invalid cost')
+  return 1
+}
+
+function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime: Runtime): number[] {
+  const blocks = policy.blocks
+  const costs = new Array<number>(blocks.length)
+  for (let i = 0; i < blocks.length; i++) costs[i] = requestCost(blocks[i] as CompiledBlock, policy.route, request, runtime)
+  return costs
+}
+
+function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: Runtime): string | undefined {
+  const tier = runtime.tier
+  if (policy.tierRuns === undefined || tier === undefined) return undefined
+  try {
+    const value = tier(request)
+    return typeof value === 'string' ? value : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** One key per block; each distinct identity is resolved once. */
+function requestKeys (policy: CompiledPolicy, request: FastifyRequest): string[] {
+  const identities = policy.identities
+  const values = new Array<string>(identities.length)
+  for (let i = 0; i < identities.length; i++) values[i] = (identities[i] as CompiledPolicy['identities'][0]).resolve(request)
+  return assembleKeys(policy, values)
+}
+
+/** What an admitted request spent, for refundOn (only on routes with a refundOn block). */
+interface Charged {
+  runs: readonly BlockRun[]
+  keys: readonly string[]
+  costs: readonly number[]
+  decisions: ReadonlyArray<RawDecision | undefined>
+  /** Plugin clock at the decision, so the script can find the window the units were spent in. */
+  at: number
+}
+const CHARGED = Symbol('rateLimit.charged')
+
+/**
+ * onResponse for routes with a refundOn block: units spent by a request whose
+ * reply matches are given back, in one store call, once (the record is taken
+ * off the request before the call). Only blocks that charged the request are
+ * refunded. A refund that fails is logged (as store failures are) and dropped.
+ */
+export function createRefundHook (policy: CompiledPolicy, runtime: Runtime) {
+  return async function rateLimitRefund (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const holder = request as unknown as Record<symbol, Charged | undefined>
+    const charged = holder[CHARGED]
+    if (charged === undefined) return
+    holder[CHARGED] = undefined
+    const runs: BlockRun[] = []
+    const keys: string[] = []
+    const costs: number[] = []
+    for (let i = 0; i < charged.runs.length; i++) {
+      const refundOn = (policy.blocks[i] as CompiledBlock).refundOn
+      if (refundOn === undefined || charged.decisions[i]?.allowed !== true) continue
+      let matches = false
+      try {
+        matches = refundOn(reply) === true
+      } catch (error) {
+        runtime.badInput.report(request.log, { err: error, route: policy.route }, 'rate limit refundOn threw; no refund')
+      }
+      if (!matches) continue
+      runs.push(charged.runs[i] as BlockRun)
+      keys.push(charged.keys[i] as string)
+      costs.push(charged.costs[i] as number)
+    }
+    if (runs.length === 0) return
+    try {
+      await runtime.store.refund(runs, keys, costs, runtime.clock() - charged.at)
+      runtime.stats.refunded++
+    } catch (error) {
+      runtime.failures.report(request.log, { err: error, route: policy.route }, 'rate limit refund failed: units not given back')
+    }
+  }
+}
+
+/**
+ * The per-route hook (onRequest, or preValidation when the identity needs the
+ * body). One store call for every block (or none, from the deny cache), then
+ * headers and either continue or a refusal.
+ */
+export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) {
+  const { writeHeaders } = runtime
+  const route = policy.route
+
+  return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    const runs = runsForTier(policy, requestTier(policy, request, runtime))
+    const keys = requestKeys(policy, request)
+    const costs = requestCosts(policy, request, runtime)
+    const evaluation = await evaluate({ policy, runs, keys, costs }, { log: request.log, route, source: 'store' }, runtime)
+    request.rateLimit = evaluation.decision
+    if (evaluation.decision.degraded) {
+      return evaluation.rejected ? sendUnavailable(request, reply, policy) : undefined
+    }
+    writeHeaders(reply, policy, runs, evaluation.decisions, costs, evaluation.rejected, evaluation.binding)
+    if (!evaluation.rejected) {
+      if (policy.refunds) (request as unknown as Record<symbol, Charged>)[CHARGED] = { runs, keys, costs, decisions: evaluation.decisions, at: runtime.clock() }
+      return undefined
+    }
+    return sendQuotaExceeded(request, reply, policy, evaluation.retrySeconds, evaluation.violated)
+  }
+}

@@ -15,6 +15,7 @@
  *   curl -i 'http://127.0.0.1:3000/admin/peek?user=alice'        fastify.rateLimit.peek(): no charge
  *   curl -i -X POST 'http://127.0.0.1:3000/admin/reset?user=alice'
  *   curl -i http://127.0.0.1:3000/exports?fail=1                 refundOn: a 500 gives its 5 units back
+ *   (login 8 times with the same username)                      penalty: the 3rd refusal locks it out for 1 h (Retry-After: 3600)
  * Every route also counts toward a fleet-wide 600/min per caller in shadow
  * mode (recorded, never enforced), the startup log prints the policy table,
  * and GET / shows the decisions seen on node:diagnostics_channel.
@@ -82,8 +83,9 @@ diagnostics.subscribe(CHANNELS.decision, (message) => {
 })
 
 // Login: exact sliding log per IP and username, fail-closed (a brute-force guard must not open up).
+// A caller refused 3 times within the window is locked out for an hour, then 2 h, 4 h, … (penalty).
 app.post('/login', {
-  config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'], onRedisError: 'closed', name: 'login' } }
+  config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'], onRedisError: 'closed', name: 'login', penalty: { after: 3, for: '1h', backoff: 2 } } }
 }, async () => ({ token: 'demo-token' }))
 
 // Search: a token bucket per API key: 10 per second sustained, bursts of 20.

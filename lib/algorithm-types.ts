@@ -30,4 +30,6 @@ export interface RawDecision {
   resetMs: number
   /** 0 when admitted; otherwise the earliest ms from now at which the same request could be admitted. */
   retryAfterMs: number
+  /** Refused because the identity is serving a penalty (escalation), not by the algorithm alone. */
+  penalized?: boolean
 }

@@ -1,11 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type AlgorithmName } from './algorithm-types.js'
+import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, type AlgorithmName } from './algorithm-types.js'
 import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_BLOCK } from './errors.js'
 import { policyItem, sfString } from './headers.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
 import { keyMethod, keySuffix } from './keys.js'
-import type { BlockRun } from './store.js'
+import type { BlockRun, Penalty } from './store.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitMode } from './types.js'
 import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_NAME_RULE } from './validate.js'
 
@@ -18,7 +18,7 @@ import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_N
  */
 
 /** The fields a block may have (the README documents each; test/readme.test.ts checks). */
-export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn'])
+export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty'])
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
 const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
 /** The tier every tier map must define: used when `tier(request)` gives nothing or an unknown name. */
@@ -61,6 +61,34 @@ export interface CompileContext extends IdentityContext {
 function defaultName (method: string, url: string): string {
   const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
   return `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+}
+
+const MAX_PENALTY_AFTER = 1000
+const MAX_BACKOFF = 100
+const PENALTY_FIELDS = new Set(['after', 'for', 'backoff', 'max'])
+
+/** `penalty: { after, for, backoff?, max? }`, validated and compiled; undefined when absent. */
+function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
+  if (value === undefined) return undefined
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return fail('penalty', 'must be an object like { after: 3, for: \'15m\', backoff: 2 }')
+  const input = value as Record<string, unknown>
+  for (const field of Object.keys(input)) {
+    if (!PENALTY_FIELDS.has(field)) fail(`penalty.${field}`, `is not a penalty field (known: ${[...PENALTY_FIELDS].join(', ')})`)
+  }
+  if (!isCount(input.after, MAX_PENALTY_AFTER)) fail('penalty.after', `must be an integer from 1 to ${MAX_PENALTY_AFTER} (got ${describeValue(input.after)})`)
+  const forMs = parseWindow(input.for)
+  if (typeof forMs === 'string') return fail('penalty.for', forMs)
+  const maxMs = input.max === undefined ? MAX_WINDOW_MS : parseWindow(input.max)
+  if (typeof maxMs === 'string') return fail('penalty.max', maxMs)
+  if (maxMs < forMs) fail('penalty.max', `must be at least penalty.for (${forMs} ms; got ${maxMs} ms)`)
+  const backoff = input.backoff ?? 2
+  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${describeValue(input.backoff)})`)
+  const after = input.after as number
+  return { after, forMs, backoff: backoff as number, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
+}
+
+function describeValue (value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value)
 }
 
 function describeBy (by: RateLimitBlock['by'], hasUser: boolean): string[] {
@@ -178,6 +206,8 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   }
   if (position.global && identity.needsBody) fail('by', 'uses a body field, but a global block applies to every route (most have no body)')
 
+  const penalty = readPenalty(input.penalty, fail)
+
   const nameItem = sfString(name as string)
   const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
   const runOf = (tier: string | undefined): BlockRun => {
@@ -190,7 +220,8 @@ export function compileBlock (block: unknown, method: string | string[], url: st
       scriptArgs: [String(limit), String(windowMs), String(burst)],
       shadow: mode === 'shadow',
       tier,
-      policyItem: policyItem(nameItem, limit, windowMs, tier)
+      policyItem: policyItem(nameItem, limit, windowMs, tier),
+      penalty
     }
   }
   const base = runOf(tiered ? FALLBACK_TIER : undefined)

@@ -123,7 +123,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     }
     if (!rejected && fewest === Infinity) binding = shadowBinding
   }
-  const outcome: Outcome = rejected ? 'limited' : shadowBinding !== -1 ? 'shadow-limited' : 'allowed'
+  const outcome: Outcome = rejected ? (decisions[binding]?.penalized === true ? 'penalized' : 'limited') : shadowBinding !== -1 ? 'shadow-limited' : 'allowed'
   return { rejected, binding, outcome, violated, shadowViolated, latestRetryMs: latest }
 }
 
@@ -210,7 +210,7 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
     if (entry === undefined) continue
     cached ??= new Array<RawDecision | undefined>(runs.length)
     const waitMs = entry.until - now
-    cached[i] = { allowed: false, remaining: entry.remaining, resetMs: waitMs, retryAfterMs: waitMs }
+    cached[i] = { allowed: false, remaining: entry.remaining, resetMs: waitMs, retryAfterMs: waitMs, penalized: entry.penalized }
   }
   return cached
 }
@@ -255,6 +255,7 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
   if (cached !== undefined) {
     stats.limited++
     const verdict = combine(policy, runs, cached)
+    if (verdict.outcome === 'penalized') stats.penalized++
     const evaluation = toEvaluation(input, cached, verdict, cached[verdict.binding] as RawDecision, false, 'deny-cache')
     publish(runtime, input, origin, evaluation, [], startedAt)
     return evaluation
@@ -274,12 +275,15 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
   const { rejected, outcome } = verdict
   if (rejected) {
     stats.limited++
+    if (outcome === 'penalized') stats.penalized++
     for (let i = 0; i < runs.length; i++) {
       const run = runs[i] as BlockRun
       const decision = decisions[i] as RawDecision
       if (run.shadow || decision.allowed) continue
+      // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
+      if (run.penalty !== undefined && decision.penalized !== true) continue
       // Remember the refusal locally until the store's own retry time (measured from before the call).
-      denyCache?.set(keys[i] as string, now + decision.retryAfterMs, costs[i] as number, decision.remaining, run)
+      denyCache?.set(keys[i] as string, now + decision.retryAfterMs, costs[i] as number, decision.remaining, run, decision.penalized === true)
     }
   } else {
     stats.allowed++

@@ -20,6 +20,8 @@ export interface DenyEntry {
   cost: number
   /** `remaining` as the store reported it. */
   remaining: number
+  /** The store refused it with a penalty. */
+  penalized: boolean
   /**
    * The limits the store decided with (a tier's run): a request of another
    * tier may fit sooner, so it is not answered from this entry.
@@ -54,10 +56,10 @@ export class DenyCache {
     return entry
   }
 
-  set (key: string, until: number, cost: number, remaining: number, run: object): void {
+  set (key: string, until: number, cost: number, remaining: number, run: object, penalized = false): void {
     const entries = this.#entries
     entries.delete(key)
-    entries.set(key, { until, cost, remaining, run })
+    entries.set(key, { until, cost, remaining, run, penalized })
     if (entries.size > this.#max) {
       const oldest = entries.keys().next().value
       if (oldest !== undefined) entries.delete(oldest)

@@ -17,7 +17,7 @@ export const CHANNELS = {
   storeError: 'fastify-redis-rate-limit:store-error'
 } as const
 
-export type Outcome = 'allowed' | 'limited' | 'shadow-limited' | 'degraded'
+export type Outcome = 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'
 export type DecisionSource = 'store' | 'deny-cache' | 'api'
 
 /** What the decision channel carries. Never an identity value: only its kinds. */

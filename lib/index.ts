@@ -75,7 +75,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const runtime: RouteRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0 },
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.

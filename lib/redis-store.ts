@@ -4,7 +4,7 @@ import { FST_RRL_REDIS_UNAVAILABLE } from './errors.js'
 import { Dispatcher, type DispatchOptions } from './redis-dispatch.js'
 import { multiRefundMode, SCRIPT_MODE } from './script-modes.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
-import type { BlockRun, DecideMode, Store } from './store.js'
+import { penaltyKey, type BlockRun, type DecideMode, type Store } from './store.js'
 
 /*
  * The Redis store: every decision, peek and refund goes through the
@@ -25,19 +25,32 @@ export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
 function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
   for (let i = 0; i < values.length; i += 4) {
-    out.push({ allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number })
+    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number }
+    if (values[i] === 2) decision.penalized = true
+    out.push(decision)
   }
   return out
 }
 
-/** One decision's ARGV segment for the batch script: block count, mode, then 6 values per block. */
+/** One decision's ARGV segment for the batch script: block count, mode, then 7 values per block. */
 function segment (runs: readonly BlockRun[], costs: readonly number[], mode: string): Array<string | number> {
   const args: Array<string | number> = [runs.length, mode]
   for (let i = 0; i < runs.length; i++) {
     const run = runs[i] as BlockRun
-    args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '')
+    args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '', run.penalty?.arg ?? '')
   }
   return args
+}
+
+/** The block keys, then one penalty key per block that has a penalty (see buildBatchScript). */
+function keysWithPenalties (runs: readonly BlockRun[], keys: readonly string[]): readonly string[] {
+  let all: string[] | undefined
+  for (let i = 0; i < runs.length; i++) {
+    if ((runs[i] as BlockRun).penalty === undefined) continue
+    all ??= [...keys]
+    all.push(penaltyKey(keys[i] as string))
+  }
+  return all ?? keys
 }
 
 export class RedisStore implements Store {
@@ -64,7 +77,7 @@ export class RedisStore implements Store {
   /** Every block of one request, all-or-nothing, in this turn's batch. */
   decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ keys, args: segment(runs, costs, SCRIPT_MODE[mode]), replyLength: runs.length * 4, resolve: (values) => { resolve(toDecisions(values)) }, reject })
+      this.#dispatcher.enqueue({ keys: keysWithPenalties(runs, keys), args: segment(runs, costs, SCRIPT_MODE[mode]), replyLength: runs.length * 4, resolve: (values) => { resolve(toDecisions(values)) }, reject })
     })
   }
 
@@ -72,14 +85,15 @@ export class RedisStore implements Store {
   refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
     const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ keys, args: segment(runs, costs, mode), replyLength: runs.length, resolve: (values) => { resolve(values.map((given) => given === 1)) }, reject })
+      this.#dispatcher.enqueue({ keys: keysWithPenalties(runs, keys), args: segment(runs, costs, mode), replyLength: runs.length, resolve: (values) => { resolve(values.map((given) => given === 1)) }, reject })
     })
   }
 
   async reset (keys: readonly string[]): Promise<void> {
     const client = this.#client
     if (client.status !== 'ready') throw new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`)
-    if (keys.length > 0) await client.del(...keys)
+    // A reset forgives penalties too.
+    if (keys.length > 0) await client.del(...keys, ...keys.map(penaltyKey))
   }
 
   /**

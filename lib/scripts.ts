@@ -123,8 +123,81 @@ return multi(KEYS, ARGV)
 `)
 }
 
-/** Values per block in a batch decision (after the decision's two leading ones). */
-export const BATCH_STRIDE = MULTI_STRIDE
+/** Values per block in a batch decision: the multi script's six, then the penalty ('' = none). */
+export const BATCH_STRIDE = MULTI_STRIDE + 1
+
+/*
+ * Penalties (escalation for repeat offenders), decided in the batch driver
+ * around the algorithm. A block with a penalty spec 'after:forMs:backoff:maxMs'
+ * has a second key (the decision's penalty keys follow its block keys in
+ * KEYS) holding one string "until:offences:refusals:windowIndex":
+ *
+ *   - until > now: the identity is penalized; the decision is refused without
+ *     running the algorithm for that block (the other blocks are only peeked),
+ *     allowed = 2, retryAfterMs = resetMs = until - now.
+ *   - a charge refused by that block counts one refusal in the block's
+ *     current window (window index = floor(now / windowMs)); the `after`-th
+ *     refusal of one window starts a penalty: offences + 1, lasting forMs the
+ *     first time and `backoff` times longer at each further offence (repeated
+ *     multiplication, as the memory store does), never more than maxMs; the
+ *     refusal count starts again.
+ *   - offences are forgotten once a caller stays quiet for as long as its
+ *     last penalty after it ended (now >= until + last); the key lives
+ *     max(windowMs, until - now + the last penalty), so it vanishes then too.
+ *
+ * Shadow blocks and peeks never count refusals; refunds ignore penalties.
+ */
+const PENALTY_FUNCTIONS = `local function penaltySpec (spec)
+  local a, f, b, m = string.match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
+  return tonumber(a), tonumber(f), tonumber(b), tonumber(m)
+end
+local function penaltyRead (key)
+  local stored = redis.call('GET', key)
+  if not stored then return 0, 0, 0, -1 end
+  local u, o, r, x = string.match(stored, '^(%-?%d+):(%d+):(%d+):(%-?%d+)$')
+  if not u then return 0, 0, 0, -1 end
+  return tonumber(u), tonumber(o), tonumber(r), tonumber(x)
+end
+-- floor(a / b) for integers below 2^53, exact whatever the rounding of a / b
+local function pidiv (a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+-- Counts one refusal; returns the penalty's end when this refusal starts one, else nil.
+local function penaltyRefused (key, spec, w, now)
+  local after, forMs, backoff, maxMs = penaltySpec(spec)
+  local untilMs, offences, refusals, idx = penaltyRead(key)
+  local current = pidiv(now, w)
+  if idx ~= current then refusals = 0 end
+  refusals = refusals + 1
+  local started = nil
+  local last = 0
+  if offences > 0 then
+    last = forMs
+    for k = 2, offences do last = math.min(maxMs, last * backoff) end
+    last = math.floor(last)
+    -- quiet for as long as the last penalty after it ended: the offences are forgotten
+    if now >= untilMs + last then
+      offences = 0
+      last = 0
+    end
+  end
+  if refusals >= after then
+    offences = offences + 1
+    local d = forMs
+    for k = 2, offences do d = math.min(maxMs, d * backoff) end
+    d = math.floor(math.min(maxMs, d))
+    untilMs = now + d
+    last = d
+    refusals = 0
+    started = untilMs
+  end
+  local ttl = w
+  if untilMs - now + last > ttl then ttl = untilMs - now + last end
+  redis.call('SET', key, string.format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', ttl)
+  return started
+end`
 
 /**
  * The batch script: every decision one store dispatched in one event-loop
@@ -133,40 +206,102 @@ export const BATCH_STRIDE = MULTI_STRIDE
  *   ARGV[1]   now in ms ('' = Redis TIME, read once for the whole batch)
  *   then per decision d, in order: blocks n, mode ('' = decide, '1' = peek,
  *   'r<ms>' = refund), then per block the multi script's six values
- *   (algorithm number, limit, windowMs, burst, cost, shadow); decision d's n
- *   keys follow the previous decisions' keys in KEYS.
+ *   (algorithm number, limit, windowMs, burst, cost, shadow) and a penalty
+ *   spec ('' or 'after:forMs:backoff:maxMs'); decision d's n block keys,
+ *   then one penalty key per block with a spec, follow the previous
+ *   decisions' keys in KEYS.
  *
  * A one-block decision runs its algorithm once (no dry pass to pay for); a
  * multi-block one runs the multi driver (all-or-nothing). Each decision runs
  * under pcall, so one bad key (WRONGTYPE) fails that decision alone; a
  * failing decision has written nothing, because every algorithm reads its key
  * before it writes and the multi driver writes only after every dry pass.
+ * Penalties: see PENALTY_FUNCTIONS.
  *
  * Reply, per decision in order: 1 followed by its values (4 per block for a
- * decision or a peek; 1 per block for a refund), or 0 followed by the error text.
+ * decision or a peek, allowed being 0, 1, or 2 for a penalty; 1 per block for
+ * a refund), or 0 followed by the error text.
  */
 export function buildBatchScript (sources: Record<AlgorithmName, string> = readSources()): LoadedScript {
   return loaded(`#!lua
 -- batch driver, generated by lib/scripts.ts from scripts/*.lua (see buildBatchScript)
 ${algorithmFunctions(sources)}
 ${MULTI_DRIVER}
-local function single (key, argv, at, mode, now)
-  local r
+${PENALTY_FUNCTIONS}
+local STRIDE = ${MULTI_STRIDE + 1}
+local function runBlock (key, argv, b, mode, now)
   if string.sub(mode, 1, 1) == 'r' then
-    r = algorithms[tonumber(argv[at])]({ key }, { argv[at + 1], argv[at + 2], argv[at + 3], argv[at + 4], now, '2', string.sub(mode, 2) })
+    return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, '2', string.sub(mode, 2) })
+  end
+  return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, mode })
+end
+-- One decision: n blocks whose values start at ARGV[at], keys at KEYS[k]; returns its reply values.
+local function decide (at, k, n, mode, now)
+  local refund = string.sub(mode, 1, 1) == 'r'
+  -- penalty keys follow the block keys, one per block with a spec
+  local pkeys = {}
+  local p = k + n
+  for i = 1, n do
+    if ARGV[at + (i - 1) * STRIDE + 6] ~= '' then
+      pkeys[i] = KEYS[p]
+      p = p + 1
+    end
+  end
+  if not refund then
+    local blocked = nil
+    for i = 1, n do
+      local b = at + (i - 1) * STRIDE
+      if pkeys[i] and ARGV[b + 5] ~= '1' then
+        local untilMs = penaltyRead(pkeys[i])
+        if untilMs > tonumber(now) then
+          blocked = blocked or {}
+          blocked[i] = untilMs - tonumber(now)
+        end
+      end
+    end
+    if blocked then
+      local out = {}
+      for i = 1, n do
+        if blocked[i] then
+          out[#out + 1] = 2
+          out[#out + 1] = 0
+          out[#out + 1] = blocked[i]
+          out[#out + 1] = blocked[i]
+        else
+          local r = runBlock(KEYS[k + i - 1], ARGV, at + (i - 1) * STRIDE, '1', now)
+          for j = 1, 4 do out[#out + 1] = r[j] end
+        end
+      end
+      return out
+    end
+  end
+  local r
+  if n == 1 then
+    r = runBlock(KEYS[k], ARGV, at, mode, now)
   else
-    r = algorithms[tonumber(argv[at])]({ key }, { argv[at + 1], argv[at + 2], argv[at + 3], argv[at + 4], now, mode })
+    local keys = {}
+    local argv = { now, mode }
+    for i = 1, n do
+      keys[i] = KEYS[k + i - 1]
+      for j = 0, ${MULTI_STRIDE - 1} do argv[#argv + 1] = ARGV[at + (i - 1) * STRIDE + j] end
+    end
+    r = multi(keys, argv)
+  end
+  if mode == '' then
+    for i = 1, n do
+      local b = at + (i - 1) * STRIDE
+      if pkeys[i] and ARGV[b + 5] ~= '1' and r[(i - 1) * 4 + 1] ~= 1 then
+        local untilMs = penaltyRefused(pkeys[i], ARGV[b + 6], tonumber(ARGV[b + 2]), tonumber(now))
+        if untilMs then
+          local wait = untilMs - tonumber(now)
+          r[(i - 1) * 4 + 1] = 2
+          if r[(i - 1) * 4 + 3] < wait then r[(i - 1) * 4 + 3] = wait end
+          if r[(i - 1) * 4 + 4] < wait then r[(i - 1) * 4 + 4] = wait end
+        end
+      end
+    end
   end
   return r
-end
-local function group (keys, argv, at, n, mode, now)
-  local subKeys = {}
-  local subArgv = { now, mode }
-  for i = 1, n do
-    subKeys[i] = keys[i]
-    for j = 0, ${MULTI_STRIDE - 1} do subArgv[#subArgv + 1] = argv[at + (i - 1) * ${MULTI_STRIDE} + j] end
-  end
-  return multi(subKeys, subArgv)
 end
 local now = ARGV[1]
 if now == nil or now == '' then now = redisNow() end
@@ -176,14 +311,7 @@ local k = 1
 while at <= #ARGV do
   local n = tonumber(ARGV[at])
   local mode = ARGV[at + 1]
-  local ok, r
-  if n == 1 then
-    ok, r = pcall(single, KEYS[k], ARGV, at + 2, mode, now)
-  else
-    local keys = {}
-    for i = 1, n do keys[i] = KEYS[k + i - 1] end
-    ok, r = pcall(group, keys, ARGV, at + 2, n, mode, now)
-  end
+  local ok, r = pcall(decide, at + 2, k, n, mode, now)
   if ok then
     out[#out + 1] = 1
     for i = 1, #r do out[#out + 1] = r[i] end
@@ -191,8 +319,11 @@ while at <= #ARGV do
     out[#out + 1] = 0
     if type(r) == 'table' and r.err ~= nil then out[#out + 1] = r.err else out[#out + 1] = tostring(r) end
   end
-  at = at + 2 + n * ${MULTI_STRIDE}
   k = k + n
+  for i = 1, n do
+    if ARGV[at + 2 + (i - 1) * STRIDE + 6] ~= '' then k = k + 1 end
+  end
+  at = at + 2 + n * STRIDE
 end
 return out
 `)

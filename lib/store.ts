@@ -20,6 +20,27 @@ export interface BlockRun {
   tier: string | undefined
   /** `"name";q=100;w=60` (plus `;tier="pro"` with tiers), rendered once by headers.ts. */
   policyItem: string
+  /** Escalation for repeat offenders, when the block declares `penalty`. */
+  penalty?: Penalty
+}
+
+/** A compiled `penalty`: see the README's "Penalties" and PENALTY_FUNCTIONS in scripts.ts. */
+export interface Penalty {
+  /** Refusals within one window of the block that start a penalty. */
+  after: number
+  /** The first penalty's length. */
+  forMs: number
+  /** Each further offence lasts this many times longer (repeated multiplication). */
+  backoff: number
+  /** No penalty lasts longer. */
+  maxMs: number
+  /** `after:forMs:backoff:maxMs`, as the batch script reads it. */
+  arg: string
+}
+
+/** The key that holds a block's penalty state: its own key plus `:p` (same hash tag, so same slot). */
+export function penaltyKey (key: string): string {
+  return key + ':p'
 }
 
 /**

@@ -39,6 +39,25 @@ export interface RateLimitBlock {
    * token-bucket and gcra; not sliding-log).
    */
   refundOn?: (reply: FastifyReply) => boolean
+  /**
+   * Escalation for repeat offenders: after `after` refusals within one window,
+   * the identity is refused outright for `for`, `backoff` times longer at each
+   * further offence (default 2), never longer than `max` (default 1 day).
+   * Decided in the same script call as the limit.
+   */
+  penalty?: RateLimitPenalty
+}
+
+/** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */
+export interface RateLimitPenalty {
+  /** Refusals within one window that start a penalty (1 to 1000). */
+  after: number
+  /** The first penalty's length: milliseconds or a duration string. */
+  for: number | string
+  /** Each further offence lasts this many times longer (1 to 100); default 2. */
+  backoff?: number
+  /** No penalty lasts longer: milliseconds or a duration string; default 1 day. */
+  max?: number | string
 }
 
 export interface RateLimitPluginOptions {
@@ -121,8 +140,8 @@ export interface RateLimitDecision {
   policy: string
   /** True when the store failed and the route's onRedisError decided instead. */
   degraded: boolean
-  /** `'shadow-limited'`: a shadow policy would have refused; the request went on. */
-  outcome: 'allowed' | 'limited' | 'shadow-limited' | 'degraded'
+  /** `'shadow-limited'`: a shadow policy would have refused; the request went on. `'penalized'`: refused by a penalty. */
+  outcome: 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'
   /** The tier applied, when the route has tier maps. */
   tier: string | undefined
   /** Every policy decided for this request (the top-level fields are the binding one's). */
@@ -199,6 +218,8 @@ export interface RateLimitStats {
   shadowLimited: number
   /** Requests whose units were given back by refundOn. */
   refunded: number
+  /** Refusals because the identity was serving a penalty, or started one (also counted in `limited`). */
+  penalized: number
 }
 
 export interface RateLimitApi {

@@ -62,6 +62,11 @@ for (const withRedis of [false, true]) {
       logins.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).status)
     }
     t.same(logins, [200, 200, 200, 200, 200, 429], 'login: 5 per 15 minutes per IP and username')
+    const retries = []
+    for (let i = 0; i < 2; i++) {
+      retries.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).headers['retry-after'])
+    }
+    t.equal(retries[1], '3600', 'login: the third refusal starts a one-hour penalty')
 
     const index = await call(demo.base, '/')
     t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')

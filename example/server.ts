@@ -72,7 +72,10 @@ await app.register(rateLimit, {
   // Limits outside HTTP routes, for fastify.rateLimit.consume().
   policies: { 'email-send': { limit: 3, window: '1h', by: 'user', algorithm: 'sliding-log' } },
   // A table of every route's limits in the startup log.
-  printPolicies: true
+  printPolicies: true,
+  // How many instances share the limits: each enforces limit / fleetSize on its own while Redis is down
+  // (routes with onRedisError: 'local'). Set it to the smallest fleet you run.
+  fleetSize: Number(process.env.FLEET_SIZE ?? 2)
 })
 
 // Every decision is published on node:diagnostics_channel (OpenTelemetry metrics too, where an SDK is registered).
@@ -93,10 +96,11 @@ app.get('/search', {
   config: { rateLimit: { algorithm: 'token-bucket', limit: 10, window: '1s', burst: 20, by: 'api-key', name: 'search' } }
 }, async (req) => ({ results: [], query: (req.query as { q?: string }).q ?? '', remaining: req.rateLimit?.remaining }))
 
-// Orders: the default algorithm (sliding window) per user; anonymous callers per IP.
+// Orders: the default algorithm (sliding window) per user; anonymous callers per IP. If Redis fails,
+// this instance keeps enforcing its share (limit / fleetSize) on its own instead of admitting everyone.
 app.get('/orders/:id', {
-  config: { rateLimit: { limit: 100, window: '1m', by: 'user', name: 'orders' } }
-}, async (req) => ({ id: (req.params as { id: string }).id }))
+  config: { rateLimit: { limit: 100, window: '1m', by: 'user', name: 'orders', onRedisError: 'local' } }
+}, async (req) => ({ id: (req.params as { id: string }).id, source: req.rateLimit?.degraded === true ? 'local limit' : 'redis' }))
 
 // Exports: GCRA, expensive requests cost 5; a failed export gives its units back.
 app.get('/exports', {

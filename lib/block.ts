@@ -18,7 +18,7 @@ import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_N
  */
 
 /** The fields a block may have (the README documents each; test/readme.test.ts checks). */
-export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty'])
+export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit'])
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
 const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
 /** The tier every tier map must define: used when `tier(request)` gives nothing or an unknown name. */
@@ -56,6 +56,8 @@ export interface CompileContext extends IdentityContext {
   mode: RateLimitMode
   /** The store talks to a Redis Cluster: every key of one request must share one slot. */
   cluster: boolean
+  /** Instances sharing the limits (plugin option), for onRedisError 'local'. */
+  fleetSize?: number
 }
 
 function defaultName (method: string, url: string): string {
@@ -85,6 +87,17 @@ function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${describeValue(input.backoff)})`)
   const after = input.after as number
   return { after, forMs, backoff: backoff as number, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
+}
+
+/**
+ * This instance's share of a block while Redis is unavailable (onRedisError
+ * 'local'): `localLimit`, else `limit / fleetSize` (at least 1); the burst
+ * scales with it. Undefined when neither is given.
+ */
+function localParams (limit: number, burst: number, localLimit: number | undefined, fleetSize: number | undefined): { limit: number, burst: number } | undefined {
+  const share = localLimit ?? (fleetSize === undefined ? undefined : Math.max(1, Math.floor(limit / fleetSize)))
+  if (share === undefined) return undefined
+  return { limit: share, burst: Math.max(1, Math.floor(burst * share / limit)) }
 }
 
 function describeValue (value: unknown): string {
@@ -208,11 +221,15 @@ export function compileBlock (block: unknown, method: string | string[], url: st
 
   const penalty = readPenalty(input.penalty, fail)
 
+  if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${describeValue(input.localLimit)})`)
+  const localLimit = input.localLimit as number | undefined
+
   const nameItem = sfString(name as string)
   const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
   const runOf = (tier: string | undefined): BlockRun => {
     const limit = limitOf(tier)
     const burst = bursty ? burstOf(tier, limit) : limit
+    const local = localParams(limit, burst, localLimit, context.fleetSize)
     return {
       algorithm,
       algorithmNumber,
@@ -221,7 +238,8 @@ export function compileBlock (block: unknown, method: string | string[], url: st
       shadow: mode === 'shadow',
       tier,
       policyItem: policyItem(nameItem, limit, windowMs, tier),
-      penalty
+      penalty,
+      local: local === undefined ? undefined : { limit: local.limit, windowMs, burst: local.burst }
     }
   }
   const base = runOf(tiered ? FALLBACK_TIER : undefined)

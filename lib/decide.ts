@@ -2,9 +2,12 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { RawDecision } from './algorithm-types.js'
 import { retryAfterSeconds, shownRemaining, UNAVAILABLE_RETRY_SECONDS } from './decision-math.js'
+import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
 import { decisionChannel, errorCause, storeErrorChannel, type DecisionSource, type Metrics, type Outcome } from './diagnostics.js'
+import { FST_RRL_REDIS_CIRCUIT_OPEN } from './errors.js'
 import type { BurstLogger, OncePerWindow } from './log-throttle.js'
+import { MemoryStore } from './memory-store.js'
 import type { CompiledBlock, CompiledPolicy } from './policy.js'
 import type { BlockRun, Store } from './store.js'
 import type { RateLimitDecision, RateLimitPolicyDecision, RateLimitStats } from './types.js'
@@ -37,6 +40,12 @@ export interface Runtime {
   tier: ((request: FastifyRequest) => string | undefined) | undefined
   /** OpenTelemetry instruments, once loaded at ready(). */
   metrics: Metrics | undefined
+  /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */
+  breaker: CircuitBreaker | undefined
+  /** onRedisError 'local': this instance's own limiter, created at the first local decision. */
+  local: MemoryStore | undefined
+  /** Keys the local limiter keeps (least recently used evicted first). */
+  maxKeys: number
 }
 
 /** One decision to take: the policy, the runs for the caller's tier, and one key and cost per block. */
@@ -152,7 +161,7 @@ function policyDecisions (policy: CompiledPolicy, runs: readonly BlockRun[], dec
  * (a stand-in on a degraded one); `charged` says whether admitting blocks
  * were charged, which is what their `remaining` means.
  */
-function toEvaluation (input: DecisionInput, decisions: Array<RawDecision | undefined>, verdict: Verdict, top: RawDecision, charged: boolean, source: DecisionSource): Evaluation {
+function toEvaluation (input: DecisionInput, decisions: Array<RawDecision | undefined>, verdict: Verdict, top: RawDecision, charged: boolean, source: DecisionSource, degraded = verdict.outcome === 'degraded'): Evaluation {
   const { policy, runs, costs } = input
   const { rejected, binding, outcome } = verdict
   const run = runs[binding] as BlockRun
@@ -164,7 +173,7 @@ function toEvaluation (input: DecisionInput, decisions: Array<RawDecision | unde
       resetMs: top.resetMs,
       retryAfterMs: top.retryAfterMs,
       policy: (policy.blocks[binding] as CompiledBlock).name,
-      degraded: outcome === 'degraded',
+      degraded,
       outcome,
       tier: run.tier,
       policies: policyDecisions(policy, runs, decisions, costs, charged)
@@ -217,16 +226,32 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
 
 /** The store failed: the route's onRedisError decides, and the failure is reported (throttled). */
 function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): Evaluation {
-  const { policy } = input
+  const { policy, runs, keys, costs } = input
   runtime.stats.degraded++
   const cause = errorCause(error)
   runtime.metrics?.storeError(origin.route, cause)
   if (storeErrorChannel.hasSubscribers) storeErrorChannel.publish({ route: origin.route, cause, error })
-  runtime.failures.report(origin.log, { err: error, route: origin.route, policy: policy.name, onRedisError: policy.onRedisError }, 'rate limiter degraded: decision not enforced')
+  runtime.failures.report(origin.log, { err: error, route: origin.route, policy: policy.name, onRedisError: policy.onRedisError }, policy.onRedisError === 'local' ? 'rate limiter degraded: decided by this instance\'s local limit' : 'rate limiter degraded: decision not enforced')
+  if (policy.onRedisError === 'local') {
+    // This instance's share of each block (policy.ts made sure every block has one), on its own limiter.
+    const local = runtime.local ??= new MemoryStore(runtime.clock, runtime.maxKeys)
+    const localRuns = runs.map((run) => ({ ...run, params: run.local ?? run.params }))
+    const decisions: Array<RawDecision | undefined> = local.decideNow(localRuns, keys, costs, false)
+    const verdict = combine(policy, localRuns, decisions)
+    if (verdict.rejected) runtime.stats.limited++
+    else runtime.stats.allowed++
+    return toEvaluation({ ...input, runs: localRuns }, decisions, verdict, decisions[verdict.binding] as RawDecision, !verdict.rejected, 'local', true)
+  }
   const closed = policy.onRedisError === 'closed' && !policy.allShadow
   const verdict: Verdict = { rejected: closed, binding: 0, outcome: 'degraded', violated: [], shadowViolated: [], latestRetryMs: -1 }
   const standIn: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0 }
-  return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, standIn, true, origin.source)
+  return toEvaluation(input, new Array<RawDecision | undefined>(runs.length), verdict, standIn, true, origin.source)
+}
+
+/** Failures that say the store is unhealthy (not a bad key or a full queue): they open the breaker. */
+function storeUnhealthy (error: unknown): boolean {
+  const cause = errorCause(error)
+  return cause === 'timeout' || cause === 'unavailable'
 }
 
 /** Once per identity per window, not once per request under a flood. */
@@ -263,9 +288,13 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
 
   // 2. One store call for every block.
   let decisions: RawDecision[]
+  const breaker = runtime.breaker
   try {
+    if (breaker !== undefined && !breaker.allow()) throw new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs)
     decisions = await runtime.store.decide(runs, keys, costs, 'charge')
+    breaker?.success()
   } catch (error) {
+    if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
     const evaluation = degraded(input, origin, runtime, error)
     publish(runtime, input, origin, evaluation, [], startedAt)
     return evaluation

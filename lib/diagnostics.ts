@@ -18,7 +18,7 @@ export const CHANNELS = {
 } as const
 
 export type Outcome = 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'
-export type DecisionSource = 'store' | 'deny-cache' | 'api'
+export type DecisionSource = 'store' | 'deny-cache' | 'local' | 'api'
 
 /** What the decision channel carries. Never an identity value: only its kinds. */
 export interface DecisionMessage {
@@ -47,7 +47,7 @@ export interface StoreErrorMessage {
   error: unknown
 }
 
-export type StoreErrorCause = 'timeout' | 'unavailable' | 'overloaded' | 'bad-reply' | 'script-error' | 'other'
+export type StoreErrorCause = 'timeout' | 'unavailable' | 'overloaded' | 'circuit-open' | 'bad-reply' | 'script-error' | 'other'
 
 export const decisionChannel = diagnostics.channel(CHANNELS.decision)
 export const storeErrorChannel = diagnostics.channel(CHANNELS.storeError)
@@ -57,6 +57,7 @@ export function errorCause (error: unknown): StoreErrorCause {
   if (code === 'FST_RRL_REDIS_TIMEOUT') return 'timeout'
   if (code === 'FST_RRL_REDIS_UNAVAILABLE') return 'unavailable'
   if (code === 'FST_RRL_STORE_OVERLOADED') return 'overloaded'
+  if (code === 'FST_RRL_REDIS_CIRCUIT_OPEN') return 'circuit-open'
   if (code === 'FST_RRL_BAD_SCRIPT_REPLY') return 'bad-reply'
   if (code === 'FST_RRL_SCRIPT_ERROR') return 'script-error'
   return 'other'

@@ -68,6 +68,12 @@ export const FST_RRL_STORE_OVERLOADED = createError(
   503
 )
 
+export const FST_RRL_REDIS_CIRCUIT_OPEN = createError(
+  'FST_RRL_REDIS_CIRCUIT_OPEN',
+  'Rate limiter store skipped: %d failures in a row, retrying Redis in %d ms (circuit breaker)',
+  503
+)
+
 export const FST_RRL_INVALID_COST = createError(
   'FST_RRL_INVALID_COST',
   'Cost function for route %s returned %s; charging the default cost of 1',

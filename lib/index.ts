@@ -2,6 +2,7 @@ import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
+import { CircuitBreaker } from './circuit-breaker.js'
 import { DenyCache } from './deny-cache.js'
 import { loadMetrics } from './diagnostics.js'
 import { headerWriter } from './headers.js'
@@ -23,7 +24,7 @@ export * as errors from './errors.js'
 export { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from './diagnostics.js'
 
 function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: (size: number, latencyMs: number) => void): Store {
-  if (options.store === 'memory') return new MemoryStore(options.clock)
+  if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
   const client = options.redis ?? (fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined)
   if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
   return new RedisStore(client, {
@@ -56,6 +57,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     hashSecret: options.hashSecret,
     mode: options.mode,
     cluster: store instanceof RedisStore && store.cluster,
+    fleetSize: options.fleetSize,
     onPartError: (kind: IdentityKind, error: unknown, route: string) => {
       identityErrors.report(fastify.log, { err: new FST_RRL_IDENTITY_FAILED(kind, route), cause: error instanceof Error ? error.message : String(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
     }
@@ -83,7 +85,11 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     rejections: new OncePerWindow(),
     clock,
     tier: options.tier,
-    metrics: undefined
+    metrics: undefined,
+    // The memory store has no Redis to fail; a breaker would only ever stay closed.
+    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
+    local: undefined,
+    maxKeys: options.maxKeys
   }
   const summaries: PolicySummary[] = []
   const seen: RouteEntry[] = []
@@ -134,6 +140,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
 
   fastify.addHook('onClose', async () => {
     store.close()
+    runtime.local?.close()
     runtime.metrics?.close()
   })
 

@@ -1,5 +1,8 @@
 import type { FastifyRequest } from 'fastify'
+import type { BreakerOptions } from './circuit-breaker.js'
+import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_OPTION } from './errors.js'
+import { DEFAULT_MAX_KEYS } from './memory-store.js'
 import type { IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
 import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
@@ -31,23 +34,44 @@ export interface ResolvedOptions {
   batchWrites: boolean
   maxBatch: number
   maxPending: number
+  /** Instances sharing the limits (onRedisError 'local'); undefined: not given. */
+  fleetSize: number | undefined
+  maxKeys: number
+  /** undefined: no circuit breaker. */
+  circuitBreaker: BreakerOptions | undefined
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 
 /** Every plugin option (the README documents each; test/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending'])
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
 const MAX_BATCH = 1024
 const MAX_PENDING = 1_000_000
+const MAX_FLEET = 100_000
+const MAX_KEYS = 10_000_000
+const MAX_BREAKER_FAILURES = 10_000
 
-function integerOption (options: Record<string, unknown>, name: string, fallback: number, min: number, max: number): number {
+/** `circuitBreaker`: false, or { failures?, cooldown? } with defaults 5 and 250 ms. */
+function resolveBreaker (value: unknown): BreakerOptions | undefined {
+  if (value === false) return undefined
+  const input = (value ?? {}) as Record<string, unknown>
+  if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => key !== 'failures' && key !== 'cooldown')) {
+    throw new FST_RRL_INVALID_OPTION('circuitBreaker', 'must be false or { failures?: number, cooldown?: duration }')
+  }
+  const failures = integerOption(input, 'failures', 5, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
+  const cooldownMs = parseWindow(input.cooldown ?? 250)
+  if (typeof cooldownMs === 'string') throw new FST_RRL_INVALID_OPTION('circuitBreaker.cooldown', cooldownMs)
+  return { failures, cooldownMs }
+}
+
+function integerOption (options: Record<string, unknown>, name: string, fallback: number, min: number, max: number, label = name): number {
   const value = options[name] ?? fallback
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new FST_RRL_INVALID_OPTION(name, `must be an integer from ${min} to ${max} (got ${typeof value === 'string' ? JSON.stringify(value) : String(value)})`)
+    throw new FST_RRL_INVALID_OPTION(label, `must be an integer from ${min} to ${max} (got ${typeof value === 'string' ? JSON.stringify(value) : String(value)})`)
   }
   return value
 }
@@ -175,6 +199,9 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     metrics: options.metrics !== false,
     batchWrites: options.batchWrites !== false,
     maxBatch: integerOption(options, 'maxBatch', 128, 1, MAX_BATCH),
-    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING)
+    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING),
+    fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
+    maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS),
+    circuitBreaker: resolveBreaker(options.circuitBreaker)
   }
 }

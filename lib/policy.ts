@@ -136,8 +136,15 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
   }
 
   const first = (own[0] ?? globals[0]) as CompiledBlock
-  // Fail-closed wins: one block asking for it closes the route when the store fails.
-  const onRedisError: FailurePolicy = own.length === 0 ? context.onRedisError : own.some((block) => block.onRedisError === 'closed') ? 'closed' : 'open'
+  // Fail-closed wins: one block asking for it closes the route when the store fails; then 'local'.
+  const onRedisError: FailurePolicy = own.length === 0
+    ? context.onRedisError
+    : own.some((block) => block.onRedisError === 'closed') ? 'closed' : own.some((block) => block.onRedisError === 'local') ? 'local' : 'open'
+  if (onRedisError === 'local') {
+    // Every block of the route (its globals too) is decided by the local limiter then: each needs its share.
+    const without = blocks.filter((block) => block.base.local === undefined)
+    if (without.length > 0) throw new FST_RRL_INVALID_BLOCK(where, 'onRedisError', `is 'local', but ${without.map((block) => block.origin).join(', ')} has no local share: set localLimit on the block or the plugin option fleetSize`)
+  }
   return {
     route,
     name: first.name,

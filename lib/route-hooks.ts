@@ -133,6 +133,8 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     const evaluation = await evaluate({ policy, runs, keys, costs }, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision
     if (evaluation.decision.degraded) {
+      // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
+      if (evaluation.source === 'local') return evaluation.rejected ? sendQuotaExceeded(request, reply, policy, evaluation.retrySeconds, evaluation.violated) : undefined
       return evaluation.rejected ? sendUnavailable(request, reply, policy) : undefined
     }
     writeHeaders(reply, policy, runs, evaluation.decisions, costs, evaluation.rejected, evaluation.binding)

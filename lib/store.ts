@@ -22,6 +22,8 @@ export interface BlockRun {
   policyItem: string
   /** Escalation for repeat offenders, when the block declares `penalty`. */
   penalty?: Penalty
+  /** This instance's share while Redis is unavailable (onRedisError 'local'), when known. */
+  local?: BlockParams
 }
 
 /** A compiled `penalty`: see the README's "Penalties" and PENALTY_FUNCTIONS in scripts.ts. */

@@ -6,7 +6,7 @@ import type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 export type { AlgorithmName } from './algorithm-types.js'
 export type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
 
-export type FailurePolicy = 'open' | 'closed'
+export type FailurePolicy = 'open' | 'closed' | 'local'
 export type HeaderMode = 'ietf' | 'legacy' | 'both' | false
 /** `'enforce'` refuses over-limit requests; `'shadow'` decides and records but never refuses. */
 export type RateLimitMode = 'enforce' | 'shadow'
@@ -27,8 +27,13 @@ export interface RateLimitBlock {
   by?: IdentityPartSpec | IdentityPartSpec[]
   /** Units this request spends; default 1. */
   cost?: number | ((request: FastifyRequest) => number)
-  /** What to do when Redis fails or is slow; default: the plugin's `onRedisError`. */
+  /**
+   * What to do when Redis fails or is slow; default: the plugin's `onRedisError`.
+   * `'local'` decides with this instance's own limiter at `localLimit` (or `limit / fleetSize`).
+   */
   onRedisError?: FailurePolicy
+  /** This instance's share of `limit` while Redis is unavailable (`onRedisError: 'local'`); default `limit / fleetSize`. */
+  localLimit?: number
   /** Name shown in `RateLimit-Policy` and `violated-policies`; default derived from method and route. */
   name?: string
   /** `'shadow'`: decide and record, never refuse; default: the plugin's `mode`. */
@@ -117,6 +122,15 @@ export interface RateLimitPluginOptions {
   batchWrites?: boolean
   /** Decisions per script call, at most (1 to 1024); default 128. */
   maxBatch?: number
+  /** Instances sharing the limits, for `onRedisError: 'local'` (each then allows `limit / fleetSize`). */
+  fleetSize?: number
+  /** Keys the memory store (and the local limiter of `onRedisError: 'local'`) keeps, least recently used evicted first; default 100,000. */
+  maxKeys?: number
+  /**
+   * After `failures` store failures in a row, skip Redis for `cooldown` (each decision answers
+   * at once by onRedisError), then probe with one decision; default `{ failures: 5, cooldown: '250ms' }`.
+   */
+  circuitBreaker?: { failures?: number, cooldown?: number | string } | false
   /**
    * Decisions queued or waiting on Redis, at most, per plugin instance (1 to
    * 1,000,000); default 50,000. Beyond it the route's `onRedisError` answers at once.

@@ -36,5 +36,5 @@ export function choiceProblem<T extends string | false> (value: unknown, choices
   return `must be ${list} (got ${JSON.stringify(value)})`
 }
 
-export const FAILURE_POLICIES = ['open', 'closed'] as const
+export const FAILURE_POLICIES = ['open', 'closed', 'local'] as const
 export const MODES = ['enforce', 'shadow'] as const

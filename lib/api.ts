@@ -70,11 +70,15 @@ function apiCost (cost: unknown, method: string): number {
   return cost
 }
 
-/** The decision input for an API call: the identity's keys under the target's runs for its tier. */
+/** The keys the target's blocks use for this caller: the same assembler as the route hook's. */
+function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): string[] {
+  return assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
+}
+
+/** The decision input for an API call: the caller's keys under the target's runs for its tier. */
 function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number): DecisionInput {
   const runs = runsForTier(policy, identity.tier)
-  const keys = assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
-  return { policy, runs, keys, costs: runs.map(() => units) }
+  return { policy, runs, keys: apiKeys(policy, identity), costs: runs.map(() => units) }
 }
 
 export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[]): RateLimitApi {
@@ -87,8 +91,7 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     },
     async reset (target, identity) {
       const policy = registry.find(target, 'reset')
-      const input = identityInput(identity, 'reset')
-      const keys = apiInput(policy, input, 1).keys
+      const keys = apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
       for (const key of own) runtime.denyCache?.delete(key)

@@ -1,6 +1,6 @@
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
 import { DenyCache, OncePerWindow } from './deny-cache.js'
 import { loadMetrics } from './diagnostics.js'
@@ -32,8 +32,22 @@ function methodsOf (method: RouteOptions['method']): string[] {
   return Array.isArray(method) ? method : [method]
 }
 
+const PEER = '@fastify/rate-limit'
+
+/**
+ * `@fastify/rate-limit` reads `config.rateLimit` too and decorates
+ * `fastify.rateLimit` when the name is free: beside it, this plugin needs
+ * another configKey (checked at register, and at ready for a peer registered after).
+ */
+function checkConfigKey (fastify: FastifyInstance, configKey: string): void {
+  if (configKey === 'rateLimit' && fastify.hasPlugin(PEER)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `is 'rateLimit', which ${PEER} (registered in this app) also reads from route config: give this plugin another key, e.g. configKey: 'redisRateLimit' (see README, Migrating from ${PEER})`)
+  }
+}
+
 async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {
   const options = resolveOptions(input)
+  checkConfigKey(fastify, options.configKey)
   const store = createStore(fastify, options)
   // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
   if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
@@ -80,12 +94,15 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const seen: RouteEntry[] = []
   const undeclared: string[] = []
 
+  if (fastify.hasDecorator(options.configKey)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `names the decorator fastify.${options.configKey}, which is already taken: choose a free name`)
+  }
   fastify.decorateRequest('rateLimit', null)
 
   fastify.addHook('onRoute', (route) => {
     for (const method of methodsOf(route.method)) seen.push({ method, url: route.url })
     const methodLabel = methodsOf(route.method).join(',')
-    const declared = route.config?.rateLimit
+    const declared = (route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined)?.[options.configKey]
     if (declared === false) {
       summaries.push({ method: methodLabel, url: route.url, limit: false, limits: [] })
       return
@@ -115,6 +132,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   })
 
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
+    checkConfigKey(this, options.configKey)
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
     const unseen = unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen)
     if (unseen.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(unseen.join(', '))
@@ -129,7 +147,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     const limits = summary.limits.map((block) => ({ ...block, by: [...block.by], tiers: block.tiers === undefined ? undefined : structuredClone(block.tiers) }))
     return { ...summary, limit: limits[0] ?? false, limits }
   })
-  fastify.decorate('rateLimit', createApi(registry, runtime, fastify.log, copySummaries))
+  fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries))
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

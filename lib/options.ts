@@ -28,16 +28,20 @@ export interface ResolvedOptions {
   printPolicies: boolean
   metrics: boolean
   batchWrites: boolean
+  /** The route config key read, and the name of the instance decorator. */
+  configKey: string
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 const POLICY_NAME = /^[\x20-\x7e]{1,64}$/
 
-const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites'])
+const KNOWN = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'configKey'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
+// A plain property name: it is also the name of the fastify instance decorator.
+const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/
 
 function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
   if (value === undefined) return undefined
@@ -136,6 +140,11 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
 
   const hashSecret = resolveHashSecret(options.hashSecret)
 
+  const configKey = options.configKey ?? 'rateLimit'
+  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit (got ${JSON.stringify(configKey) ?? typeof configKey})`)
+  }
+
   return {
     store,
     redis: redis as ResolvedOptions['redis'],
@@ -156,6 +165,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
     printPolicies: options.printPolicies === true,
     metrics: options.metrics !== false,
-    batchWrites: options.batchWrites !== false
+    batchWrites: options.batchWrites !== false,
+    configKey
   }
 }

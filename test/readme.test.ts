@@ -13,7 +13,7 @@ test('every error code is documented in the README error table', async (t) => {
 })
 
 test('every plugin option and route block field has a row in the README', async (t) => {
-  for (const option of ['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'hashSecret', 'clock', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites']) {
+  for (const option of ['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'hashSecret', 'clock', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'configKey']) {
     t.match(readme, new RegExp(`\\| \`${option}\` \\|`), `option ${option}`)
   }
   for (const field of ['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn']) {

@@ -9,6 +9,7 @@ import { BurstLogger, createRefundHook, createRouteHook, type Runtime } from './
 import type { IdentityKind } from './identity.js'
 import { fastifyTrustProxy } from './ip.js'
 import { MemoryStore } from './memory-store.js'
+import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
@@ -103,7 +104,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     for (const method of methodsOf(route.method)) seen.push({ method, url: route.url })
     const methodLabel = methodsOf(route.method).join(',')
     const declared = (route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined)?.[options.configKey]
-    if (declared === false) {
+    if (declared === false || (declared === undefined && isPreflightCatchAll(route.method, route.url))) {
       summaries.push({ method: methodLabel, url: route.url, limit: false, limits: [] })
       return
     }
@@ -134,8 +135,9 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     checkConfigKey(this, options.configKey)
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
-    const unseen = unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen)
-    if (unseen.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(unseen.join(', '))
+    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen))
+    if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
+    if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()
     if (options.printPolicies) fastify.log.info({ routes: summaries.length }, `rate limits:\n${policyTable(copySummaries())}`)
     await store.warmUp()

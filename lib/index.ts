@@ -134,7 +134,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
 
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     checkConfigKey(this, options.configKey)
-    if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
+    if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, undeclared.join(', '))
     const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen))
     if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
     if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })

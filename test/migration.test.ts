@@ -155,7 +155,7 @@ test('configKey: validated, read from route config, and names the decorator', as
   t.teardown(async () => { await strict.close() })
   await strict.register(rateLimit, { store: 'memory', configKey: 'quota' })
   strict.get('/a', { config: { rateLimit: { limit: 1, window: '1s' } } }, ok)
-  await t.rejects(async () => { await strict.ready() }, { code: 'FST_RRL_MISSING_LIMIT', message: /GET \/a/ })
+  await t.rejects(async () => { await strict.ready() }, { code: 'FST_RRL_MISSING_LIMIT', message: 'These routes declare no rate limit (add config.quota, `quota: false` to opt out, or a plugin-level defaultLimit): GET /a' })
 
   const app = Fastify({ logger: false })
   t.teardown(async () => { await app.close() })

@@ -141,8 +141,8 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
   const hashSecret = resolveHashSecret(options.hashSecret)
 
   const configKey = options.configKey ?? 'rateLimit'
-  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey)) {
-    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit (got ${JSON.stringify(configKey) ?? typeof configKey})`)
+  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${JSON.stringify(configKey) ?? typeof configKey})`)
   }
 
   return {

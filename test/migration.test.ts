@@ -140,7 +140,7 @@ test('the default key beside @fastify/rate-limit is refused with a coded error, 
 })
 
 test('configKey: validated, read from route config, and names the decorator', async (t) => {
-  for (const bad of ['', '1abc', 'rate-limit', 'a.b', 'x'.repeat(65), 42, {}]) {
+  for (const bad of ['', '1abc', 'rate-limit', 'a.b', 'x'.repeat(65), '__proto__', 'constructor', 'hasOwnProperty', 42, {}]) {
     const app = Fastify({ logger: false })
     t.teardown(async () => { await app.close() })
     await t.rejects(async () => { await app.register(rateLimit, { store: 'memory', configKey: bad as string }).ready() }, { code: 'FST_RRL_INVALID_OPTION', message: /`configKey` must be a property name/ }, JSON.stringify(bad))
@@ -149,6 +149,9 @@ test('configKey: validated, read from route config, and names the decorator', as
   t.teardown(async () => { await taken.close() })
   taken.decorate('limits', 1)
   await t.rejects(async () => { await taken.register(rateLimit, { store: 'memory', configKey: 'limits' }).ready() }, { code: 'FST_RRL_INVALID_OPTION', message: /`configKey` names the decorator fastify.limits, which is already taken/ })
+  const core = Fastify({ logger: false })
+  t.teardown(async () => { await core.close() })
+  await t.rejects(async () => { await core.register(rateLimit, { store: 'memory', configKey: 'register' }).ready() }, { code: 'FST_RRL_INVALID_OPTION', message: /fastify.register, which is already taken/ }, 'a Fastify method is taken too')
 
   // Strict mode speaks of the configured key: a route with only `rateLimit` declares nothing to this plugin.
   const strict = Fastify({ logger: false })

@@ -1,25 +1,32 @@
+import { parse } from '@lukeed/ms'
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './algorithm-types.js'
 
-const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
-const DURATION = /^(\d+)\s*(ms|s|m|h|d)$/
+/** Longer strings are refused before parsing: no duration needs them, and the parser's regex backtracks on long digit runs. */
+const MAX_DURATION_LENGTH = 64
+const EXAMPLES = "'500ms', '1s', '1m', '15 minutes', '1 hour', '1d'"
 
 /**
- * Parses a window: milliseconds as a number, or `'500ms'`, `'1s'`, `'15m'`,
- * `'1h'`, `'1d'`. Returns an error message instead of throwing so the caller
- * can name the route and field in its coded error.
+ * Parses a window: milliseconds as a number, or a duration string read by
+ * `@lukeed/ms`, as `@fastify/rate-limit` reads `timeWindow`: `'500ms'`,
+ * `'1s'`, `'15m'`, `'1 minute'`, `'15 minutes'`, `'1.5h'`, `'1 day'` (case
+ * does not matter; a bare number string is milliseconds). The result must
+ * still be a whole number of milliseconds from MIN_WINDOW_MS to MAX_WINDOW_MS.
+ * Returns an error message instead of throwing so the caller can name the
+ * route and field in its coded error; a message about a string quotes it.
  */
 export function parseWindow (value: unknown): number | string {
-  let ms: number
-  if (typeof value === 'number') {
-    ms = value
-  } else if (typeof value === 'string') {
-    const match = DURATION.exec(value.trim())
-    if (match === null) return `must be milliseconds or a duration like '500ms', '1s', '15m', '1h', '1d' (got ${JSON.stringify(value)})`
-    ms = Number(match[1]) * (UNIT_MS[match[2] as string] as number)
-  } else {
-    return `must be milliseconds or a duration string (got ${typeof value})`
-  }
-  if (!Number.isInteger(ms)) return `must be a whole number of milliseconds (got ${ms})`
-  if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) return `must be between ${MIN_WINDOW_MS} ms and 1 day (got ${ms} ms)`
+  if (typeof value === 'number') return checkRange(value, `${value}`)
+  if (typeof value !== 'string') return `must be milliseconds or a duration string like ${EXAMPLES} (got ${value === null ? 'null' : typeof value})`
+  const quoted = JSON.stringify(value)
+  const text = value.trim()
+  const ms = text.length > 0 && text.length <= MAX_DURATION_LENGTH ? parse(text) : undefined
+  // @lukeed/ms gives undefined for what it cannot read, and for a zero amount ('0s').
+  if (ms === undefined || Number.isNaN(ms)) return `must be milliseconds or a duration string like ${EXAMPLES} (got ${quoted})`
+  return checkRange(ms, `${quoted} = ${ms}`)
+}
+
+function checkRange (ms: number, shown: string): number | string {
+  if (!Number.isInteger(ms)) return `must be a whole number of milliseconds (got ${shown})`
+  if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) return `must be between ${MIN_WINDOW_MS} ms and 1 day (got ${shown} ms)`
   return ms
 }

@@ -27,7 +27,7 @@ export const FST_RRL_INVALID_BLOCK = createError(
 
 export const FST_RRL_MISSING_LIMIT = createError(
   'FST_RRL_MISSING_LIMIT',
-  'These routes declare no rate limit (add config.rateLimit, `rateLimit: false` to opt out, or a plugin-level defaultLimit): %s',
+  'These routes declare no rate limit (add config.%s, `%s: false` to opt out, or a plugin-level defaultLimit): %s',
   500
 )
 

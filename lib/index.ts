@@ -1,6 +1,6 @@
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
 import { CircuitBreaker } from './circuit-breaker.js'
 import { DenyCache } from './deny-cache.js'
@@ -10,6 +10,7 @@ import type { IdentityKind } from './identity.js'
 import { fastifyTrustProxy } from './ip.js'
 import { BurstLogger, OncePerWindow } from './log-throttle.js'
 import { MemoryStore } from './memory-store.js'
+import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
@@ -40,8 +41,22 @@ function methodsOf (method: RouteOptions['method']): string[] {
   return Array.isArray(method) ? method : [method]
 }
 
+const PEER = '@fastify/rate-limit'
+
+/**
+ * `@fastify/rate-limit` reads `config.rateLimit` too and decorates
+ * `fastify.rateLimit` when the name is free: beside it, this plugin needs
+ * another configKey (checked at register, and at ready for a peer registered after).
+ */
+function checkConfigKey (fastify: FastifyInstance, configKey: string): void {
+  if (configKey === 'rateLimit' && fastify.hasPlugin(PEER)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `is 'rateLimit', which ${PEER} (registered in this app) also reads from route config: give this plugin another key, e.g. configKey: 'redisRateLimit' (see README, Migrating from ${PEER})`)
+  }
+}
+
 async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {
   const options = resolveOptions(input)
+  checkConfigKey(fastify, options.configKey)
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
@@ -95,13 +110,16 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const seen: RouteEntry[] = []
   const undeclared: string[] = []
 
+  if (fastify.hasDecorator(options.configKey)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `names the decorator fastify.${options.configKey}, which is already taken: choose a free name`)
+  }
   fastify.decorateRequest('rateLimit', null)
 
   fastify.addHook('onRoute', (route) => {
     for (const method of methodsOf(route.method)) seen.push({ method, url: route.url })
     const methodLabel = methodsOf(route.method).join(',')
-    const declared = route.config?.rateLimit
-    if (declared === false) {
+    const declared = (route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined)?.[options.configKey]
+    if (declared === false || (declared === undefined && isPreflightCatchAll(route.method, route.url))) {
       summaries.push({ method: methodLabel, url: route.url, limit: false, limits: [] })
       return
     }
@@ -130,9 +148,11 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   })
 
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
-    if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(undeclared.join(', '))
-    const unseen = unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen)
-    if (unseen.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(unseen.join(', '))
+    checkConfigKey(this, options.configKey)
+    if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, undeclared.join(', '))
+    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen))
+    if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
+    if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()
     if (options.printPolicies) fastify.log.info({ routes: summaries.length }, `rate limits:\n${policyTable(copySummaries())}`)
     await store.warmUp()
@@ -148,7 +168,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     const limits = summary.limits.map((block) => ({ ...block, by: [...block.by], tiers: block.tiers === undefined ? undefined : structuredClone(block.tiers) }))
     return { ...summary, limit: limits[0] ?? false, limits }
   })
-  fastify.decorate('rateLimit', createApi(registry, runtime, fastify.log, copySummaries))
+  fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries))
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

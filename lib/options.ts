@@ -39,13 +39,15 @@ export interface ResolvedOptions {
   maxKeys: number
   /** undefined: no circuit breaker. */
   circuitBreaker: BreakerOptions | undefined
+  /** The route config key read, and the name of the instance decorator. */
+  configKey: string
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 
 /** Every plugin option (the README documents each; test/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker'])
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -85,6 +87,8 @@ function choice<T extends string | false> (name: string, value: unknown, choices
   if (problem !== undefined) throw new FST_RRL_INVALID_OPTION(name, problem)
   return value as T
 }
+// A plain property name: it is also the name of the fastify instance decorator.
+const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/
 
 function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
   if (value === undefined) return undefined
@@ -177,6 +181,11 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
 
   const hashSecret = resolveHashSecret(options.hashSecret)
 
+  const configKey = options.configKey ?? 'rateLimit'
+  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${JSON.stringify(configKey) ?? typeof configKey})`)
+  }
+
   return {
     store,
     redis: redis as ResolvedOptions['redis'],
@@ -202,6 +211,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING),
     fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
     maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS),
-    circuitBreaker: resolveBreaker(options.circuitBreaker)
+    circuitBreaker: resolveBreaker(options.circuitBreaker),
+    configKey
   }
 }

@@ -72,8 +72,8 @@ export interface RateLimitPluginOptions {
   store?: 'redis' | 'memory'
   /** First segment of every key; default `'rl'`. */
   prefix?: string
-  /** Applied to routes that declare nothing. Omit it for strict mode: every route must declare. */
-  defaultLimit?: RateLimitBlock
+  /** Applied to routes that declare nothing (a block, or an array of blocks). Omit it for strict mode: every route must declare. */
+  defaultLimit?: RateLimitBlock | RateLimitBlock[]
   /** Route default when Redis fails or exceeds `timeout`; default `'open'`. */
   onRedisError?: FailurePolicy
   /** Milliseconds a decision may wait on Redis; default 50. */
@@ -141,7 +141,20 @@ export interface RateLimitPluginOptions {
    * of Redis `TIME`. For tests only; production uses the Redis clock.
    */
   clock?: () => number
+  /**
+   * The route config key this plugin reads (`config[configKey]`), and the name
+   * of its instance decorator (`fastify[configKey]`); default `'rateLimit'`.
+   * Another name lets it run beside `@fastify/rate-limit`, which reads
+   * `config.rateLimit` and decorates `fastify.rateLimit`: see README,
+   * "Migrating from @fastify/rate-limit". Type the new key with
+   * `RouteRateLimit` and the decorator with `RateLimitApi` in your own
+   * `declare module 'fastify'`.
+   */
+  configKey?: string
 }
+
+/** What a route may declare under the plugin's config key: a block, an array of blocks, or `false` to opt out. */
+export type RouteRateLimit = RateLimitBlock | RateLimitBlock[] | false
 
 /** The decision for this request: `request.rateLimit`. */
 export interface RateLimitDecision {
@@ -258,7 +271,7 @@ export interface RateLimitApi {
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    rateLimit?: RateLimitBlock | RateLimitBlock[] | false
+    rateLimit?: RouteRateLimit
   }
   interface FastifyRequest {
     rateLimit: RateLimitDecision | null

@@ -1,0 +1,237 @@
+/*
+ * Type tests (tstyche, as Fastify and @fastify/rate-limit use): the public
+ * types as a user compiles against them. Run by `npm test` (`npm run test:types`).
+ * Kept out of the main tsconfig: the `toRaiseError` cases are meant not to compile.
+ */
+import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest } from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
+import { describe, expect, test } from 'tstyche'
+import rateLimit, {
+  ALGORITHMS,
+  CHANNELS,
+  errors,
+  fastifyRedisRateLimit,
+  METRICS,
+  type AlgorithmName,
+  type DecisionMessage,
+  type FailurePolicy,
+  type HeaderMode,
+  type IdentityFunction,
+  type IdentityPartSpec,
+  type PolicyBlockSummary,
+  type PolicySummary,
+  type RateLimitApi,
+  type RateLimitBlock,
+  type RateLimitDecision,
+  type RateLimitIdentity,
+  type RateLimitMode,
+  type RateLimitPluginOptions,
+  type RateLimitPolicyDecision,
+  type RateLimitStats,
+  type RouteRateLimit,
+  type StoreErrorMessage,
+  type TieredCount
+} from '../lib/index.js'
+
+declare const app: FastifyInstance
+declare const redis: Redis
+declare const cluster: Cluster
+const handler = async (): Promise<string> => 'ok'
+
+describe('the plugin', () => {
+  test('default and named exports are the same Fastify plugin', () => {
+    expect(rateLimit).type.toBe(fastifyRedisRateLimit)
+    expect(rateLimit).type.toBeAssignableTo<FastifyPluginAsync<RateLimitPluginOptions>>()
+  })
+
+  test('registers with no options and with every option', () => {
+    expect(app.register(rateLimit)).type.not.toRaiseError()
+    expect(app.register(rateLimit, {
+      redis,
+      store: 'redis',
+      prefix: 'rl',
+      defaultLimit: { limit: 120, window: '1m' },
+      onRedisError: 'open',
+      timeout: 50,
+      headers: 'ietf',
+      user: (request) => request.headers['x-user'] as string | undefined,
+      apiKey: (request) => request.headers['x-api-key'] as string | undefined,
+      ipv6Subnet: 64,
+      hashSecret: 'a secret of at least 16 bytes',
+      globalLimits: [{ name: 'per-user', limit: 300, window: '1m', by: 'user' }],
+      denyCache: { max: 10_000 },
+      mode: 'shadow',
+      tier: (request) => request.headers['x-tier'] as string | undefined,
+      policies: { 'email-send': { limit: 3, window: '1h' }, jobs: [{ limit: 1, window: 1000 }, { limit: 10, window: '1 minute' }] },
+      printPolicies: true,
+      metrics: false,
+      batchWrites: false,
+      clock: () => Date.now(),
+      configKey: 'redisRateLimit'
+    })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false })).type.not.toRaiseError()
+  })
+
+  test('defaultLimit: a block or an array of blocks', () => {
+    expect<RateLimitPluginOptions['defaultLimit']>().type.toBe<RateLimitBlock | RateLimitBlock[] | undefined>()
+    expect(app.register(rateLimit, { defaultLimit: [{ limit: 10, window: '1s' }, { limit: 1000, window: '1h', algorithm: 'fixed-window' }] })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { defaultLimit: false })).type.toRaiseError()
+  })
+
+  // Each case differs from the accepted registrations above in one option only, so its error is that option's.
+  test('wrong option types are rejected', () => {
+    expect(app.register(rateLimit, { store: 'mongo' })).type.toRaiseError()
+    expect(app.register(rateLimit, { redis: { url: 'redis://x' } })).type.toRaiseError()
+    expect(app.register(rateLimit, { prefix: 1 })).type.toRaiseError()
+    expect(app.register(rateLimit, { onRedisError: 'fail' })).type.toRaiseError()
+    expect(app.register(rateLimit, { timeout: '50ms' })).type.toRaiseError()
+    expect(app.register(rateLimit, { headers: 'draft' })).type.toRaiseError()
+    expect(app.register(rateLimit, { headers: true })).type.toRaiseError()
+    expect(app.register(rateLimit, { user: 'user' })).type.toRaiseError()
+    expect(app.register(rateLimit, { user: (request: FastifyRequest) => 42 })).type.toRaiseError()
+    expect(app.register(rateLimit, { apiKey: true })).type.toRaiseError()
+    expect(app.register(rateLimit, { ipv6Subnet: '64' })).type.toRaiseError()
+    expect(app.register(rateLimit, { hashSecret: 42 })).type.toRaiseError()
+    expect(app.register(rateLimit, { globalLimits: { limit: 1, window: '1s' } })).type.toRaiseError()
+    expect(app.register(rateLimit, { denyCache: true })).type.toRaiseError()
+    expect(app.register(rateLimit, { denyCache: { size: 10 } })).type.toRaiseError()
+    expect(app.register(rateLimit, { mode: 'dry-run' })).type.toRaiseError()
+    expect(app.register(rateLimit, { tier: 'pro' })).type.toRaiseError()
+    expect(app.register(rateLimit, { policies: [{ limit: 1, window: '1s' }] })).type.toRaiseError()
+    expect(app.register(rateLimit, { printPolicies: 'yes' })).type.toRaiseError()
+    expect(app.register(rateLimit, { metrics: 1 })).type.toRaiseError()
+    expect(app.register(rateLimit, { batchWrites: 'on' })).type.toRaiseError()
+    expect(app.register(rateLimit, { clock: Date.now() })).type.toRaiseError()
+    expect(app.register(rateLimit, { configKey: false })).type.toRaiseError()
+    expect(app.register(rateLimit, { max: 100 })).type.toRaiseError()
+  })
+})
+
+describe('route config: config.rateLimit', () => {
+  test('a block with every field', () => {
+    expect(app.get('/orders/:id', {
+      config: {
+        rateLimit: {
+          limit: 100,
+          window: '1 minute',
+          algorithm: 'token-bucket',
+          burst: 20,
+          by: ['ip', 'user', 'api-key', 'header:x-tenant', 'param:id', 'body:username', (request) => request.ip],
+          cost: (request) => request.method === 'POST' ? 5 : 1,
+          onRedisError: 'closed',
+          name: 'orders',
+          mode: 'enforce',
+          refundOn: (reply: FastifyReply) => reply.statusCode >= 500
+        }
+      }
+    }, handler)).type.not.toRaiseError()
+    expect(app.get('/tiers', { config: { rateLimit: { limit: { default: 60, pro: 600 }, burst: { default: 5 }, window: 60_000, by: 'user', cost: 2 } } }, handler)).type.not.toRaiseError()
+  })
+
+  test('an array of blocks, false, or nothing', () => {
+    expect(app.get('/search', { config: { rateLimit: [{ limit: 10, window: '1s' }, { limit: 1000, window: '1h', algorithm: 'fixed-window' }] } }, handler)).type.not.toRaiseError()
+    expect(app.get('/health', { config: { rateLimit: false } }, handler)).type.not.toRaiseError()
+    expect(app.get('/plain', handler)).type.not.toRaiseError()
+    expect(app.route({ method: 'POST', url: '/login', config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'] } }, handler })).type.not.toRaiseError()
+  })
+
+  // Each case differs from an accepted block above in one field only, so its error is that field's.
+  test('wrong field types are rejected', () => {
+    expect(app.get('/x', { config: { rateLimit: true } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { window: '1m' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: '5', window: '1m' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: { pro: 600 }, window: '1m' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: true } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', algorithm: 'leaky-bucket' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', by: 'cookie' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', by: ['ip', 'query:q'] } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', cost: '2' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', onRedisError: 'skip' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', refundOn: true } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { max: 5, timeWindow: '1m' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: [{ limit: 5, window: '1m' }, false] } }, handler)).type.toRaiseError()
+  })
+
+  test('RouteRateLimit is what the key accepts, for a configKey of your own', () => {
+    expect<RouteRateLimit>().type.toBe<RateLimitBlock | RateLimitBlock[] | false>()
+    expect<RouteRateLimit>().type.toBeAssignableFrom<false>()
+    expect<RouteRateLimit>().type.not.toBeAssignableFrom<true>()
+  })
+})
+
+describe('decorations', () => {
+  test('request.rateLimit is the decision, or null before the hook ran', () => {
+    app.get('/d', { config: { rateLimit: { limit: 1, window: '1s' } } }, async (request) => {
+      expect(request.rateLimit).type.toBe<RateLimitDecision | null>()
+      if (request.rateLimit !== null) {
+        expect(request.rateLimit.remaining).type.toBe<number>()
+        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+        expect(request.rateLimit.policies).type.toBe<RateLimitPolicyDecision[]>()
+      }
+      return 'ok'
+    })
+  })
+
+  test('fastify.rateLimit is the programmatic API', async () => {
+    expect(app.rateLimit).type.toBe<RateLimitApi>()
+    expect(app.rateLimit.policies()).type.toBe<PolicySummary[]>()
+    expect(app.rateLimit.stats()).type.toBe<RateLimitStats>()
+    expect(app.rateLimit.peek('GET /orders/:id', { user: 'alice' })).type.toBe<Promise<RateLimitDecision>>()
+    expect(await app.rateLimit.consume('email-send', { ip: '203.0.113.7', tier: 'pro' }, 2)).type.toBe<RateLimitDecision>()
+    expect(app.rateLimit.reset('GET /orders/:id', { apiKey: 'k' })).type.toBe<Promise<void>>()
+    expect(app.rateLimit.consume).type.not.toBeCallableWith('email-send', { user: 1 })
+    expect(app.rateLimit.peek).type.not.toBeCallableWith({ user: 'alice' })
+    expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
+  })
+})
+
+describe('every exported type', () => {
+  test('names and unions', () => {
+    expect<AlgorithmName>().type.toBe<'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra'>()
+    expect(ALGORITHMS).type.toBe<readonly ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra']>()
+    expect<FailurePolicy>().type.toBe<'open' | 'closed'>()
+    expect<HeaderMode>().type.toBe<'ietf' | 'legacy' | 'both' | false>()
+    expect<RateLimitMode>().type.toBe<'enforce' | 'shadow'>()
+    expect<TieredCount>().type.toBeAssignableFrom<number>()
+    expect<TieredCount>().type.toBeAssignableFrom<{ default: number, pro: number }>()
+    expect<TieredCount>().type.not.toBeAssignableFrom<{ pro: number }>()
+    expect<IdentityFunction>().type.toBe<(request: FastifyRequest) => string | undefined>()
+    expect<IdentityPartSpec>().type.toBeAssignableFrom<'header:x-tenant'>()
+    expect<IdentityPartSpec>().type.not.toBeAssignableFrom<'cookie:sid'>()
+  })
+
+  test('blocks, decisions and summaries', () => {
+    expect<RateLimitBlock>().type.toHaveProperty('refundOn')
+    expect<Pick<RateLimitBlock, 'limit' | 'window'>>().type.toBe<{ limit: TieredCount, window: number | string }>()
+    expect<RateLimitDecision['tier']>().type.toBe<string | undefined>()
+    expect<RateLimitPolicyDecision['shadow']>().type.toBe<boolean>()
+    expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName>()
+    expect<PolicyBlockSummary['tiers']>().type.toBe<Record<string, { limit: number, burst: number }> | undefined>()
+    expect<PolicySummary['limit']>().type.toBe<false | PolicyBlockSummary>()
+    expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
+    expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
+    expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded'>()
+    expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
+  })
+
+  test('observability', () => {
+    expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
+    expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
+    expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+    expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
+    expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'bad-reply' | 'other'>()
+  })
+
+  test('coded errors are constructors of FastifyError', () => {
+    const error = new errors.FST_RRL_INVALID_OPTION('prefix', 'is wrong')
+    expect(error.code).type.toBe<'FST_RRL_INVALID_OPTION'>()
+    expect(error.statusCode).type.toBe<500>()
+    expect(error).type.toBeAssignableTo<Error>()
+    expect(new errors.FST_RRL_INVALID_BLOCK('GET /x', 'window', 'bad')).type.toBeAssignableTo<Error>()
+  })
+})

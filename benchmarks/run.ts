@@ -220,14 +220,15 @@ function targets (rows: Row[]): string {
 /** The overload cases: what was admitted, refused and degraded, per round. */
 function overloadTable (rows: Row[]): string {
   const lines = [
-    '| configuration | responses | req/s | 200 | 429 | other status / errors | allowed (stats) | limited (stats) | degraded (stats) | p50 ms | p99 ms | Node CPU µs/req | decisions/script call | server CPU % | other CPU % |',
-    '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+    '| configuration | responses | req/s | 200 | 429 | other status / errors | allowed (stats) | limited (stats) | degraded (stats) | store errors by cause | p50 ms | p99 ms | Node CPU µs/req | decisions/script call | server CPU % | other CPU % |',
+    '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |'
   ]
   for (const row of rows.filter(isOverload)) {
     if (row.unsupported !== undefined) continue
     const others = eachRound(row, (r) => Object.entries(r.statusCodes).filter(([code]) => code !== '200' && code !== '429').reduce((sum, [, n]) => sum + n, 0) + r.errors)
+    const causes = okRuns(row).map((r) => Object.entries((r.pluginStats ?? {}) as Record<string, unknown>).filter(([name, n]) => name.startsWith('storeError_') && typeof n === 'number' && n > 0).map(([name, n]) => `${name.slice(11)} ${String(n)}`).join(' + ') || '0').join(', ')
     lines.push(`| ${row.config.label} | ${eachRound(row, (r) => r.responses)} | ${fmt(row.rps)} | ${eachRound(row, (r) => r.statusCodes['200'] ?? 0)} | ${eachRound(row, (r) => r.statusCodes['429'] ?? 0)} | ${others} | ` +
-      `${eachRound(row, (r) => statsOf(r).allowed)} | ${eachRound(row, (r) => statsOf(r).limited)} | ${eachRound(row, (r) => statsOf(r).degraded)} | ${fmt(row.p50, 2)} | ${fmt(row.p99, 2)} | ${fmt(row.nodeUs, 1)} | ${fmt(row.perCall, 1)} | ${fmt(row.serverCpu)} | ${fmt(row.otherCpu)} |`)
+      `${eachRound(row, (r) => statsOf(r).allowed)} | ${eachRound(row, (r) => statsOf(r).limited)} | ${eachRound(row, (r) => statsOf(r).degraded)} | ${causes} | ${fmt(row.p50, 2)} | ${fmt(row.p99, 2)} | ${fmt(row.nodeUs, 1)} | ${fmt(row.perCall, 1)} | ${fmt(row.serverCpu)} | ${fmt(row.otherCpu)} |`)
   }
   return lines.join('\n')
 }

@@ -13,12 +13,13 @@
  * stats call (each call starts them afresh).
  */
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
+import diagnostics from 'node:diagnostics_channel'
 import { writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
-import rateLimit, { METRICS } from '../lib/index.js'
+import rateLimit, { CHANNELS, METRICS, type StoreErrorMessage } from '../lib/index.js'
 import { blockFor, configById, denyCacheCandidates, OVERLOAD_LIMIT, STATS_PATH, type BenchConfig } from './configs.js'
 
 const config = configById(process.argv[2] ?? '')
@@ -134,8 +135,15 @@ async function main (): Promise<void> {
         : blockFor(config.algorithm ?? 'sliding-window', config.load)
     app.get('/', { config: { rateLimit: block as never } }, async () => ({ hello: 'world' }))
     app.get(STATS_PATH, { config: { rateLimit: false } }, async () => stats())
+    // Why decisions degraded (timeout, overloaded, unavailable…): published only on a store failure, free otherwise.
+    const storeErrors: Record<string, number> = {}
+    diagnostics.subscribe(CHANNELS.storeError, (message) => {
+      const cause = `storeError_${(message as StoreErrorMessage).cause}`
+      storeErrors[cause] = (storeErrors[cause] ?? 0) + 1
+    })
     stats = () => ({
       ...((app as unknown as { rateLimit?: { stats?: () => object } }).rateLimit?.stats?.() ?? {}),
+      ...storeErrors,
       ...(meter === undefined ? {} : { batchSize: drain(meter.batchSize), storeLatencyMs: drain(meter.latencyUs, 1000) })
     })
   } else if (config.kind === 'frl') {

@@ -7,7 +7,7 @@ import type { AlgorithmName } from '../lib/index.js'
  * except the flood cases, whose single identity is limited on purpose.
  */
 
-export type Load = 'none' | 'hot' | '10k' | 'flood'
+export type Load = 'none' | 'hot' | '10k' | 'flood' | 'overload'
 export type Kind = 'bare' | 'ours' | 'frl'
 
 export interface BenchConfig {
@@ -20,8 +20,21 @@ export interface BenchConfig {
   autoPipelining: boolean
   /** Flood only: ask the plugin for its local deny cache on or off. */
   denyCache?: boolean
-  /** The plugin's batchWrites option (default true): one socket write per event-loop turn. */
+  /** The plugin's batchWrites option (default true: the decisions of one event-loop turn share one script call; false: one call each). */
   batchWrites?: boolean
+  /** The plugin's maxBatch option (decisions per script call, default 128); unset: the plugin's default. */
+  maxBatch?: number
+  /**
+   * Register a recording OpenTelemetry MeterProvider in the server before ready(), so the
+   * plugin records rate_limit.store.batch.size and rate_limit.store.latency; the stats
+   * endpoint then returns their distributions. It costs the plugin's per-decision metric
+   * calls, so throughput rows are measured without it.
+   */
+  batchMetrics?: boolean
+  /** Fixed connection count for this configuration (else --connections). */
+  connections?: number
+  /** Fixed warm-up seconds (overload: 0, the 25 admissions must fall in the measured window). */
+  warmup?: number
 }
 
 const ALGOS: AlgorithmName[] = ['sliding-window', 'fixed-window', 'gcra', 'token-bucket', 'sliding-log']
@@ -38,19 +51,38 @@ export function blockFor (algorithm: AlgorithmName, load: Load): Record<string, 
   }
 }
 
+/** The overload route's limit (per hour, one identity): exactly this many must be admitted. */
+export const OVERLOAD_LIMIT = 25
+/** Concurrent connections of the overload case: the `wrk -c 3000` row of issue 11. */
+export const OVERLOAD_CONNECTIONS = 3000
+
+/**
+ * Overload (issue 11): the plugin's default options except denyCache: false, one identity,
+ * limit 25 per hour, 3,000 connections, no warm-up. Admitted must be exactly 25, degraded 0.
+ */
+function overload (id: string, label: string, maxBatch?: number): BenchConfig {
+  return { id, label, kind: 'ours', load: 'overload', algorithm: 'sliding-window', autoPipelining: false, denyCache: false, maxBatch, batchMetrics: true, connections: OVERLOAD_CONNECTIONS, warmup: 0 }
+}
+
 export const CONFIGS: BenchConfig[] = [
   { id: 'bare', label: 'bare Fastify', kind: 'bare', load: '10k', autoPipelining: false },
   { id: 'frl', label: '@fastify/rate-limit, Redis store (fixed window)', kind: 'frl', load: '10k', autoPipelining: false },
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-10k`, label: `${algorithm}, 10k keys`, kind: 'ours', load: '10k', algorithm, autoPipelining: false })),
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-hot`, label: `${algorithm}, 1 hot key`, kind: 'ours', load: 'hot', algorithm, autoPipelining: false })),
   { id: 'sliding-window-10k-ap', label: 'sliding-window, 10k keys, auto-pipelining', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: true },
-  { id: 'sliding-window-10k-nobatch', label: 'sliding-window, 10k keys, batchWrites: false', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batchWrites: false },
+  { id: 'sliding-window-10k-nobatch', label: 'sliding-window, 10k keys, batchWrites: false (one script call per decision)', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batchWrites: false },
+  { id: 'sliding-window-10k-mb64', label: 'sliding-window, 10k keys, maxBatch: 64', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, maxBatch: 64 },
+  { id: 'sliding-window-10k-mb256', label: 'sliding-window, 10k keys, maxBatch: 256', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, maxBatch: 256 },
+  { id: 'sliding-window-10k-otel', label: 'sliding-window, 10k keys, OpenTelemetry recording batch sizes', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batchMetrics: true },
   { id: 'frl-ap', label: '@fastify/rate-limit, auto-pipelining', kind: 'frl', load: '10k', autoPipelining: true },
   { id: 'flood-nocache', label: 'flood, 1 limited identity, deny cache off', kind: 'ours', load: 'flood', algorithm: 'sliding-window', autoPipelining: false, denyCache: false },
-  { id: 'flood-cache', label: 'flood, 1 limited identity, deny cache on', kind: 'ours', load: 'flood', algorithm: 'sliding-window', autoPipelining: false, denyCache: true }
+  { id: 'flood-cache', label: 'flood, 1 limited identity, deny cache on', kind: 'ours', load: 'flood', algorithm: 'sliding-window', autoPipelining: false, denyCache: true },
+  overload('overload', `overload: ${OVERLOAD_CONNECTIONS} connections, limit ${OVERLOAD_LIMIT}/h, default options, deny cache off`),
+  overload('overload-mb64', `overload: ${OVERLOAD_CONNECTIONS} connections, maxBatch: 64`, 64),
+  overload('overload-mb256', `overload: ${OVERLOAD_CONNECTIONS} connections, maxBatch: 256`, 256)
 ]
 
-export const QUICK_IDS = ['bare', 'frl', 'sliding-window-10k', 'flood-cache']
+export const QUICK_IDS = ['bare', 'frl', 'sliding-window-10k', 'flood-cache', 'overload']
 
 export function configById (id: string): BenchConfig {
   const config = CONFIGS.find((candidate) => candidate.id === id)

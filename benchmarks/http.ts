@@ -61,10 +61,19 @@ export interface RunResult {
   otherCpuPercent: number
   redisCpuUsPerDecision: number
   redisCommands: number
+  /** Decisions Redis took: the plugin's allowed + limited (stats()), or EVALSHA calls for @fastify/rate-limit. */
   decisions: number
-  evalUsecPerCall: number
-  /** redis.call per decision, from commandstats (commands other than EVALSHA ÷ EVALSHA). */
+  /** EVALSHA/EVAL calls: one per batch for the plugin, one per request for @fastify/rate-limit. */
+  scriptCalls: number
+  /** Decisions per script call (the mean batch size; 1 without coalescing). */
+  decisionsPerCall: number
+  /** EVALSHA usec (INFO commandstats) ÷ decisions. */
+  evalUsecPerDecision: number
+  /** redis.call per decision, from commandstats (commands other than EVALSHA ÷ decisions). */
   callsPerDecision: number
+  /** Connections and warm-up this run used (the overload case fixes its own). */
+  connections: number
+  warmup: number
   pluginStats: unknown
 }
 
@@ -173,7 +182,20 @@ function diffStats (before: unknown, after: unknown): unknown {
   return result
 }
 
+/**
+ * Decisions the store sent to Redis in the window: the plugin's allowed + limited counters
+ * (stats() diff; the deny cache's refusals never reach Redis, so a run without script calls
+ * has none), else one per script call (@fastify/rate-limit: one EVALSHA per request).
+ */
+function storeDecisions (config: BenchConfig, stats: unknown, scriptCalls: number): number {
+  if (config.kind !== 'ours' || scriptCalls === 0) return scriptCalls
+  const { allowed, limited } = (stats ?? {}) as { allowed?: unknown, limited?: unknown }
+  return typeof allowed === 'number' && typeof limited === 'number' ? allowed + limited : Number.NaN
+}
+
 export async function runOne (config: BenchConfig, round: number, options: RunOptions): Promise<RunResult> {
+  const connections = config.connections ?? options.connections
+  const warmup = config.warmup ?? options.warmup
   const admin = new Redis(options.redis.url)
   const prefix = `b${round}${Math.random().toString(36).slice(2, 8)}`
   try {
@@ -182,7 +204,7 @@ export async function runOne (config: BenchConfig, round: number, options: RunOp
     if ('unsupported' in started) return emptyResult(config, round, started.unsupported)
     try {
       const requests = buildRequests(config, started.port)
-      if (options.warmup > 0) await drive(started.port, requests, options.connections, options.warmup)
+      if (warmup > 0) await drive(started.port, requests, connections, warmup)
       const statsBefore = await pluginStats(started.port)
       await sleep(100)
       const cmdBefore = await commandStats(admin)
@@ -194,7 +216,7 @@ export async function runOne (config: BenchConfig, round: number, options: RunOp
 
       if (options.profileFile !== undefined) await fetch(`http://127.0.0.1:${started.port}/__bench/profile/start`, { method: 'POST' })
       const latency = createHistogram()
-      const result = await drive(started.port, requests, options.connections, options.duration, latency)
+      const result = await drive(started.port, requests, connections, options.duration, latency)
 
       const wall = Number(process.hrtime.bigint() - wallBefore) / 1e9
       const busy = machineBusySeconds() - busyBefore
@@ -207,7 +229,9 @@ export async function runOne (config: BenchConfig, round: number, options: RunOp
       if (options.profileFile !== undefined) await fetch(`http://127.0.0.1:${started.port}/__bench/profile/stop?file=${encodeURIComponent(options.profileFile)}`, { method: 'POST' })
 
       const responses = result.requests.total
-      const decisions = commands.evalCalls
+      const stats = diffStats(statsBefore, statsAfter)
+      const scriptCalls = commands.evalCalls
+      const decisions = storeDecisions(config, stats, scriptCalls)
       const statusCodes: Record<string, number> = {}
       for (const [code, stat] of Object.entries(result.statusCodeStats)) statusCodes[code] = stat.count
       return {
@@ -228,9 +252,13 @@ export async function runOne (config: BenchConfig, round: number, options: RunOp
         redisCpuUsPerDecision: decisions > 0 ? redisCpu * 1e6 / decisions : Number.NaN,
         redisCommands: commands.total,
         decisions,
-        evalUsecPerCall: decisions > 0 ? commands.evalUsec / decisions : Number.NaN,
-        callsPerDecision: decisions > 0 ? (commands.total - decisions) / decisions : Number.NaN,
-        pluginStats: diffStats(statsBefore, statsAfter)
+        scriptCalls,
+        decisionsPerCall: scriptCalls > 0 ? decisions / scriptCalls : Number.NaN,
+        evalUsecPerDecision: decisions > 0 ? commands.evalUsec / decisions : Number.NaN,
+        callsPerDecision: decisions > 0 ? (commands.total - scriptCalls) / decisions : Number.NaN,
+        connections,
+        warmup,
+        pluginStats: stats
       }
     } finally {
       await stopServer(started.child)
@@ -259,8 +287,12 @@ export function emptyResult (config: BenchConfig, round: number, unsupported: st
     redisCpuUsPerDecision: Number.NaN,
     redisCommands: 0,
     decisions: 0,
-    evalUsecPerCall: Number.NaN,
+    scriptCalls: 0,
+    decisionsPerCall: Number.NaN,
+    evalUsecPerDecision: Number.NaN,
     callsPerDecision: Number.NaN,
+    connections: config.connections ?? 0,
+    warmup: config.warmup ?? 0,
     pluginStats: undefined
   }
 }

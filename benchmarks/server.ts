@@ -6,14 +6,21 @@
  * `UNSUPPORTED <reason>` and exits 0 when the plugin lacks what the
  * configuration needs (the deny cache, say). GET / is the measured route;
  * GET /__bench/stats (never limited) reports the plugin's counters and is
- * called only outside the measured window.
+ * called only outside the measured window. With the configuration's
+ * batchMetrics, a recording OpenTelemetry MeterProvider is registered before
+ * ready(), and the stats also carry the distributions of the plugin's
+ * rate_limit.store.batch.size and rate_limit.store.latency since the previous
+ * stats call (each call starts them afresh).
  */
 import Fastify, { type FastifyInstance, type FastifyPluginAsync } from 'fastify'
+import diagnostics from 'node:diagnostics_channel'
 import { writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
+import { createHistogram, type RecordableHistogram } from 'node:perf_hooks'
+import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
-import rateLimit from '../lib/index.js'
-import { blockFor, configById, denyCacheCandidates, STATS_PATH, type BenchConfig } from './configs.js'
+import rateLimit, { CHANNELS, METRICS, type StoreErrorMessage } from '../lib/index.js'
+import { blockFor, configById, denyCacheCandidates, OVERLOAD_LIMIT, STATS_PATH, type BenchConfig } from './configs.js'
 
 const config = configById(process.argv[2] ?? '')
 const prefix = process.env.BENCH_PREFIX ?? 'bench'
@@ -59,6 +66,39 @@ async function probeDenyCache (redis: Redis, on: boolean): Promise<{ option: Rec
   return { option: undefined, refused }
 }
 
+export interface Distribution { count: number, mean: number, p50: number, p90: number, p99: number, max: number }
+
+/** A histogram's summary, then empties it. */
+function drain (histogram: RecordableHistogram, scale = 1): Distribution {
+  const summary = histogram.count === 0
+    ? { count: 0, mean: Number.NaN, p50: Number.NaN, p90: Number.NaN, p99: Number.NaN, max: Number.NaN }
+    : { count: histogram.count, mean: histogram.mean / scale, p50: histogram.percentile(50) / scale, p90: histogram.percentile(90) / scale, p99: histogram.percentile(99) / scale, max: histogram.max / scale }
+  histogram.reset()
+  return summary
+}
+
+/**
+ * The smallest MeterProvider the plugin records into (it stands in for an SDK): batch sizes
+ * and store latencies (kept in µs, integers) go to histograms, every other instrument is a no-op.
+ * Its meter is not the API's no-op meter, so the plugin's loadMetrics() accepts it.
+ */
+class RecordingMeter {
+  readonly batchSize = createHistogram()
+  readonly latencyUs = createHistogram()
+  createCounter (): { add: () => void } { return { add: () => {} } }
+  createHistogram (name: string): { record: (value: number) => void } {
+    if (name === METRICS.batchSize) return { record: (value) => { this.batchSize.record(Math.max(1, Math.round(value))) } }
+    if (name === METRICS.storeLatency) return { record: (value) => { this.latencyUs.record(Math.max(1, Math.round(value * 1000))) } }
+    return { record: () => {} }
+  }
+}
+
+function recordBatchMetrics (): RecordingMeter {
+  const meter = new RecordingMeter()
+  metrics.setGlobalMeterProvider({ getMeter: () => meter } as unknown as MeterProvider)
+  return meter
+}
+
 async function main (): Promise<void> {
   const app = newApp()
   let redis: Redis | undefined
@@ -67,6 +107,7 @@ async function main (): Promise<void> {
 
   if (config.kind === 'ours') {
     redis = await connect(config)
+    const meter = config.batchMetrics === true ? recordBatchMetrics() : undefined
     let extra: Record<string, unknown> = {}
     if (config.denyCache !== undefined) {
       const probe = await probeDenyCache(redis, config.denyCache)
@@ -82,13 +123,29 @@ async function main (): Promise<void> {
         note = 'the plugin has no deny-cache option: every request goes to Redis'
       }
     }
-    await app.register(rateLimit, { redis, prefix, batchWrites: config.batchWrites ?? true, ...extra } as never)
+    // The plugin's defaults, except what the configuration sets.
+    const tuned: Record<string, unknown> = {}
+    if (config.batchWrites !== undefined) tuned.batchWrites = config.batchWrites
+    if (config.maxBatch !== undefined) tuned.maxBatch = config.maxBatch
+    await app.register(rateLimit, { redis, prefix, ...tuned, ...extra } as never)
     const block = config.load === 'flood'
       ? { algorithm: config.algorithm, limit: 1, window: '1h' }
-      : blockFor(config.algorithm ?? 'sliding-window', config.load)
+      : config.load === 'overload'
+        ? { algorithm: config.algorithm, limit: OVERLOAD_LIMIT, window: '1h' }
+        : blockFor(config.algorithm ?? 'sliding-window', config.load)
     app.get('/', { config: { rateLimit: block as never } }, async () => ({ hello: 'world' }))
     app.get(STATS_PATH, { config: { rateLimit: false } }, async () => stats())
-    stats = () => ({ ...((app as unknown as { rateLimit?: { stats?: () => object } }).rateLimit?.stats?.() ?? {}) })
+    // Why decisions degraded (timeout, overloaded, unavailable…): published only on a store failure, free otherwise.
+    const storeErrors: Record<string, number> = {}
+    diagnostics.subscribe(CHANNELS.storeError, (message) => {
+      const cause = `storeError_${(message as StoreErrorMessage).cause}`
+      storeErrors[cause] = (storeErrors[cause] ?? 0) + 1
+    })
+    stats = () => ({
+      ...((app as unknown as { rateLimit?: { stats?: () => object } }).rateLimit?.stats?.() ?? {}),
+      ...storeErrors,
+      ...(meter === undefined ? {} : { batchSize: drain(meter.batchSize), storeLatencyMs: drain(meter.latencyUs, 1000) })
+    })
   } else if (config.kind === 'frl') {
     redis = await connect(config)
     // Fixed window, limit never reached: the cheapest thing @fastify/rate-limit's Redis store does.

@@ -5,6 +5,7 @@ import { evaluate, runsForTier, type Runtime } from './hook.js'
 import type { IdentityInput } from './identity.js'
 import type { BlockRun, CompiledBlock, CompiledPolicy } from './policy.js'
 import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitDecision, RateLimitIdentity } from './types.js'
+import { shown } from './shown.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -68,7 +69,7 @@ function identityInput (identity: unknown, method: string): RateLimitIdentity {
 
 function apiCost (cost: unknown, method: string): number {
   if (cost === undefined) return 1
-  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${String(cost)})`)
+  if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${shown(cost)})`)
   return cost
 }
 

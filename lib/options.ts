@@ -3,6 +3,7 @@ import { FST_RRL_INVALID_OPTION } from './errors.js'
 import type { IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
 import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
+import { shown } from './shown.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
@@ -81,7 +82,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
 
   const timeout = options.timeout ?? 50
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
-    throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${String(timeout)})`)
+    throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${shown(timeout)})`)
   }
 
   const headers = options.headers ?? 'ietf'
@@ -91,7 +92,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
 
   const ipv6Subnet = options.ipv6Subnet ?? 64
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
-    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${String(ipv6Subnet)})`)
+    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${shown(ipv6Subnet)})`)
   }
 
   const defaultLimit = options.defaultLimit
@@ -111,7 +112,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
   } else if ((denyCache as { max?: unknown }).max !== undefined) {
     const max = (denyCache as { max?: unknown }).max
-    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${String(max)})`)
+    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
     denyCacheMax = max
   }
 

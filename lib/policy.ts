@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type AlgorithmName, type BlockParams } from './algorithm-types.js'
 import { parseWindow } from './duration.js'
@@ -5,6 +6,7 @@ import { FST_RRL_INVALID_BLOCK } from './errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
 import { keyHead, keyTail, routeSegment } from './keys.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitMode } from './types.js'
+import { shown } from './shown.js'
 
 /*
  * Compilation happens once per route, at onRoute: the per-request path only
@@ -109,6 +111,7 @@ const SUFFIX: Record<AlgorithmName, string> = {
   'token-bucket': 'tb',
   gcra: 'gc'
 }
+const MAX_NAME_LENGTH = 64
 const PRINTABLE_NAME = /^[\x20-\x7e]{1,64}$/
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
 const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
@@ -130,9 +133,19 @@ export function keyMethod (method: string | string[]): string {
   return upper === 'HEAD' ? 'GET' : upper
 }
 
-function defaultName (method: string, url: string): string {
+/**
+ * The name a block gets when it has none: `get-orders-id` for `GET /orders/:id`.
+ * A route the slug cannot show faithfully (characters other than A-Z a-z 0-9
+ * / : -, e.g. unicode, `*`, `_`) or one too long for 64 characters keeps a
+ * readable prefix and ends in 8 hex digits of SHA-256 over method and route:
+ * valid for any route, the same on every start, distinct per route.
+ */
+function defaultName (method: string, url: string, suffix: string): string {
   const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
-  return `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+  const readable = `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+  if (readable.length + suffix.length <= MAX_NAME_LENGTH && /^[A-Za-z0-9/:-]*$/.test(url)) return readable + suffix
+  const hash = createHash('sha256').update(`${method} ${url}`).digest('hex').slice(0, 8)
+  return `${readable.slice(0, MAX_NAME_LENGTH - suffix.length - hash.length - 1).replace(/-+$/, '')}-${hash}${suffix}`
 }
 
 /** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
@@ -171,13 +184,13 @@ function readCounts (value: unknown, field: string, max: number, maxText: string
     const out: Array<[string | undefined, number]> = []
     for (const [tier, count] of entries) {
       if (!TIER_NAME.test(tier)) fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
-      if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${String(count)})`)
+      if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)
       out.push([tier, count as number])
     }
     out.sort((a, b) => (a[0] === FALLBACK_TIER ? -1 : b[0] === FALLBACK_TIER ? 1 : 0))
     return out
   }
-  if (!isCount(value, max)) fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${String(value)})`)
+  if (!isCount(value, max)) fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${shown(value)})`)
   return [[undefined, value as number]]
 }
 
@@ -240,7 +253,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.cost !== undefined) {
     if (typeof input.cost === 'function') cost = input.cost as (request: FastifyRequest) => number
     else if (isCount(input.cost, minCapacity)) cost = input.cost
-    else fail('cost', `must be an integer from 1 to the capacity (${minCapacity}${tiered ? ', the smallest tier\'s' : ''}) or a function (got ${String(input.cost)})`)
+    else fail('cost', `must be an integer from 1 to the capacity (${minCapacity}${tiered ? ', the smallest tier\'s' : ''}) or a function (got ${shown(input.cost)})`)
   }
 
   const onRedisError = (input.onRedisError ?? context.onRedisError) as FailurePolicy
@@ -254,7 +267,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.refundOn !== undefined && algorithm === 'sliding-log') fail('refundOn', 'is not supported by sliding-log (use fixed-window, sliding-window, token-bucket or gcra)')
 
   const method4key = keyMethod(method)
-  const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url) + (position.index > 0 ? `-${position.index}` : ''))
+  const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url, position.index > 0 ? `-${position.index}` : ''))
   if (typeof name !== 'string' || !PRINTABLE_NAME.test(name)) fail('name', `must be 1 to 64 printable ASCII characters (got ${JSON.stringify(input.name)})`)
 
   const identity = compileIdentity(input.by as RateLimitBlock['by'], context, route)

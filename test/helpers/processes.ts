@@ -28,7 +28,7 @@ let hooksInstalled = false
 let watchdog: ChildProcess | undefined
 
 /*
- * Lines on stdin: `+<pid>`, `-<pid>`, `d<dir>`, `r<dir>`. At end of input
+ * Lines on stdin: `+<pid>`, `-<pid>`, `d<dir>`. At end of input
  * (the test process is gone): SIGCONT and SIGKILL every listed pid, then
  * remove every listed directory.
  */
@@ -41,11 +41,6 @@ while IFS= read -r line; do
     -*) keep=''; for p in $pids; do [ "$p" = "$v" ] || keep="$keep $p"; done; pids=$keep ;;
     d*) dirs="$dirs
 $v" ;;
-    r*) keep=''; while IFS= read -r d; do [ -n "$d" ] && [ "$d" != "$v" ] && keep="$keep
-$d"; done <<EOF
-$dirs
-EOF
-        dirs=$keep ;;
   esac
 done
 for p in $pids; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
@@ -93,18 +88,13 @@ function installHooks (): void {
   }
 }
 
-/** A fresh directory `<tmp>/rrl-<label>-XXXXXX`, removed when the test process ends (or by removeDir). */
+/** A fresh directory `<tmp>/rrl-<label>-XXXXXX`, removed when the test process ends. */
 export function tempDir (label: string): string {
   installHooks()
   const dir = mkdtempSync(join(tmpdir(), `rrl-${label}-`))
   dirs.add(dir)
   tell('d' + dir)
   return dir
-}
-
-export function removeDir (dir: string): void {
-  rmSync(dir, { recursive: true, force: true })
-  if (dirs.delete(dir)) tell('r' + dir)
 }
 
 /** Spawns a child this process owns: unref'd, killed when the test process ends for any reason. */

@@ -138,7 +138,8 @@ export function keyMethod (method: string | string[]): string {
  * A route the slug cannot show faithfully (characters other than A-Z a-z 0-9
  * / : -, e.g. unicode, `*`, `_`) or one too long for 64 characters keeps a
  * readable prefix and ends in 8 hex digits of SHA-256 over method and route:
- * valid for any route, the same on every start, distinct per route.
+ * valid for any route, the same on every start, distinct per route (plain
+ * names of routes that differ only in punctuation, `/a/:b` and `/a/b`, coincide).
  */
 function defaultName (method: string, url: string, suffix: string): string {
   const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')

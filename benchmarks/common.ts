@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
+import { ping } from '../test/helpers/processes.js'
 import { startRedisServer } from '../test/helpers/redis.js'
 
 export interface BenchRedis {
@@ -17,16 +18,8 @@ function hasRedisServer (): boolean {
 }
 
 async function pingable (url: string): Promise<boolean> {
-  const client = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  client.on('error', () => {})
-  try {
-    await client.connect()
-    return (await client.ping()) === 'PONG'
-  } catch {
-    return false
-  } finally {
-    client.disconnect()
-  }
+  const { hostname, port } = new URL(url)
+  return await ping(Number(port || 6379), hostname)
 }
 
 /**

@@ -11,7 +11,7 @@
  * Beyond the basics:
  *   curl -i http://127.0.0.1:3000/reports                       two limits at once (5/s and 100/h), all-or-nothing
  *   curl -i http://127.0.0.1:3000/feed -H 'x-plan: pro'          tiers: 30/min by default, 300/min on pro
- *   curl -i http://127.0.0.1:3000/notify -H 'x-user-id: alice'   fastify.rateLimit.consume() for a non-HTTP limit
+ *   curl -i -X POST http://127.0.0.1:3000/notify -H 'x-user-id: alice'   fastify.rateLimit.consume() for a non-HTTP limit
  *   curl -i 'http://127.0.0.1:3000/admin/peek?user=alice'        fastify.rateLimit.peek(): no charge
  *   curl -i -X POST 'http://127.0.0.1:3000/admin/reset?user=alice'
  *   curl -i http://127.0.0.1:3000/exports?fail=1                 refundOn: a 500 gives its 5 units back

@@ -4,7 +4,7 @@ import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from './errors.js'
 import { assembleKeys } from './keys.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
 import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity } from './types.js'
-import { isCost, MAX_COST } from './validate.js'
+import { isCost, MAX_COST, shown } from './validate.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -66,7 +66,7 @@ function identityInput (identity: unknown, method: string): RateLimitIdentity {
 
 function apiCost (cost: unknown, method: string): number {
   if (cost === undefined) return 1
-  if (!isCost(cost)) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${String(cost)})`)
+  if (!isCost(cost)) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${shown(cost)})`)
   return cost
 }
 

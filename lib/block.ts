@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, type AlgorithmName } from './algorithm-types.js'
 import { parseWindow } from './duration.js'
@@ -7,7 +8,7 @@ import { compileIdentity, type CompiledIdentity, type IdentityContext } from './
 import { keyMethod, keySuffix } from './keys.js'
 import type { BlockRun, Penalty } from './store.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitMode } from './types.js'
-import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_NAME_RULE } from './validate.js'
+import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /*
  * One block: validated and compiled once, at onRoute (or at register for
@@ -19,6 +20,8 @@ import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_N
 
 /** The fields a block may have (the README documents each; test/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit'])
+/** Policy names are at most this long (validate.ts); a derived one is cut to fit. */
+const MAX_NAME_LENGTH = 64
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
 const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
 /** The tier every tier map must define: used when `tier(request)` gives nothing or an unknown name. */
@@ -60,9 +63,20 @@ export interface CompileContext extends IdentityContext {
   fleetSize?: number
 }
 
-function defaultName (method: string, url: string): string {
+/**
+ * The name a block gets when it has none: `get-orders-id` for `GET /orders/:id`.
+ * A route the slug cannot show faithfully (characters other than A-Z a-z 0-9
+ * / : -, e.g. unicode, `*`, `_`) or one too long for 64 characters keeps a
+ * readable prefix and ends in 8 hex digits of SHA-256 over method and route:
+ * valid for any route, the same on every start, distinct per route (plain
+ * names of routes that differ only in punctuation, `/a/:b` and `/a/b`, coincide).
+ */
+function defaultName (method: string, url: string, suffix: string): string {
   const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
-  return `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+  const readable = `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
+  if (readable.length + suffix.length <= MAX_NAME_LENGTH && /^[A-Za-z0-9/:-]*$/.test(url)) return readable + suffix
+  const hash = createHash('sha256').update(`${method} ${url}`).digest('hex').slice(0, 8)
+  return `${readable.slice(0, MAX_NAME_LENGTH - suffix.length - hash.length - 1).replace(/-+$/, '')}-${hash}${suffix}`
 }
 
 const MAX_PENALTY_AFTER = 1000
@@ -77,14 +91,14 @@ function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   for (const field of Object.keys(input)) {
     if (!PENALTY_FIELDS.has(field)) fail(`penalty.${field}`, `is not a penalty field (known: ${[...PENALTY_FIELDS].join(', ')})`)
   }
-  if (!isCount(input.after, MAX_PENALTY_AFTER)) fail('penalty.after', `must be an integer from 1 to ${MAX_PENALTY_AFTER} (got ${describeValue(input.after)})`)
+  if (!isCount(input.after, MAX_PENALTY_AFTER)) fail('penalty.after', `must be an integer from 1 to ${MAX_PENALTY_AFTER} (got ${shown(input.after)})`)
   const forMs = parseWindow(input.for)
   if (typeof forMs === 'string') return fail('penalty.for', forMs)
   const maxMs = input.max === undefined ? MAX_WINDOW_MS : parseWindow(input.max)
   if (typeof maxMs === 'string') return fail('penalty.max', maxMs)
   if (maxMs < forMs) fail('penalty.max', `must be at least penalty.for (${forMs} ms; got ${maxMs} ms)`)
   const backoff = input.backoff ?? 2
-  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${describeValue(input.backoff)})`)
+  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${shown(input.backoff)})`)
   const after = input.after as number
   return { after, forMs, backoff: backoff as number, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
 }
@@ -98,10 +112,6 @@ function localParams (limit: number, burst: number, localLimit: number | undefin
   const share = localLimit ?? (fleetSize === undefined ? undefined : Math.max(1, Math.floor(limit / fleetSize)))
   if (share === undefined) return undefined
   return { limit: share, burst: Math.max(1, Math.floor(burst * share / limit)) }
-}
-
-function describeValue (value: unknown): string {
-  return typeof value === 'string' ? JSON.stringify(value) : String(value)
 }
 
 function describeBy (by: RateLimitBlock['by'], hasUser: boolean): string[] {
@@ -119,13 +129,13 @@ function readCounts (value: unknown, field: string, max: number, maxText: string
     const out: Array<[string | undefined, number]> = []
     for (const [tier, count] of entries) {
       if (!TIER_NAME.test(tier)) fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
-      if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${String(count)})`)
+      if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)
       out.push([tier, count as number])
     }
     out.sort((a, b) => (a[0] === FALLBACK_TIER ? -1 : b[0] === FALLBACK_TIER ? 1 : 0))
     return out
   }
-  if (!isCount(value, max)) fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${String(value)})`)
+  if (!isCount(value, max)) fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${shown(value)})`)
   return [[undefined, value as number]]
 }
 
@@ -188,7 +198,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.cost !== undefined) {
     if (typeof input.cost === 'function') cost = input.cost as (request: FastifyRequest) => number
     else if (isCount(input.cost, minCapacity)) cost = input.cost
-    else fail('cost', `must be an integer from 1 to the capacity (${minCapacity}${tiered ? ', the smallest tier\'s' : ''}) or a function (got ${String(input.cost)})`)
+    else fail('cost', `must be an integer from 1 to the capacity (${minCapacity}${tiered ? ', the smallest tier\'s' : ''}) or a function (got ${shown(input.cost)})`)
   }
 
   const onRedisError = (input.onRedisError ?? context.onRedisError) as FailurePolicy
@@ -204,7 +214,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.refundOn !== undefined && algorithm === 'sliding-log') fail('refundOn', 'is not supported by sliding-log (use fixed-window, sliding-window, token-bucket or gcra)')
 
   const method4key = keyMethod(method)
-  const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url) + (position.index > 0 ? `-${position.index}` : ''))
+  const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url, position.index > 0 ? `-${position.index}` : ''))
   if (!isPolicyName(name)) fail('name', `must be ${POLICY_NAME_RULE} (got ${JSON.stringify(input.name)})`)
 
   const identity = compileIdentity(input.by as RateLimitBlock['by'], context, route)
@@ -221,7 +231,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
 
   const penalty = readPenalty(input.penalty, fail)
 
-  if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${describeValue(input.localLimit)})`)
+  if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${shown(input.localLimit)})`)
   const localLimit = input.localLimit as number | undefined
 
   const nameItem = sfString(name as string)

@@ -6,7 +6,7 @@ import { DEFAULT_MAX_KEYS } from './memory-store.js'
 import type { IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
 import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
-import { choiceProblem, FAILURE_POLICIES, isPolicyName, MODES, POLICY_NAME_RULE } from './validate.js'
+import { choiceProblem, FAILURE_POLICIES, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
@@ -73,7 +73,7 @@ function resolveBreaker (value: unknown): BreakerOptions | undefined {
 function integerOption (options: Record<string, unknown>, name: string, fallback: number, min: number, max: number, label = name): number {
   const value = options[name] ?? fallback
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new FST_RRL_INVALID_OPTION(label, `must be an integer from ${min} to ${max} (got ${typeof value === 'string' ? JSON.stringify(value) : String(value)})`)
+    throw new FST_RRL_INVALID_OPTION(label, `must be an integer from ${min} to ${max} (got ${shown(value)})`)
   }
   return value
 }
@@ -130,14 +130,14 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
 
   const timeout = options.timeout ?? 50
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
-    throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${String(timeout)})`)
+    throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${shown(timeout)})`)
   }
 
   const headers = choice('headers', options.headers ?? 'ietf', HEADER_MODES)
 
   const ipv6Subnet = options.ipv6Subnet ?? 64
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
-    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${String(ipv6Subnet)})`)
+    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${shown(ipv6Subnet)})`)
   }
 
   const defaultLimit = options.defaultLimit
@@ -157,7 +157,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
   } else if ((denyCache as { max?: unknown }).max !== undefined) {
     const max = (denyCache as { max?: unknown }).max
-    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${String(max)})`)
+    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
     denyCacheMax = max
   }
 

@@ -8,7 +8,7 @@ import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, startRedisServer } from './helpers/redis.js'
+import { createClient, privateRedis } from './helpers/redis.js'
 import { DenyCache } from '../lib/deny-cache.js'
 
 const ok = async () => ({ ok: true })
@@ -29,16 +29,6 @@ async function commandCounts (admin: Redis): Promise<Record<string, number>> {
   return counts
 }
 const total = (counts: Record<string, number>): number => Object.values(counts).reduce((a, b) => a + b, 0)
-
-async function privateRedis (t: Test) {
-  const server = await startRedisServer()
-  const admin = createClient(server)
-  t.teardown(async () => {
-    admin.disconnect()
-    await server.stop()
-  })
-  return { server, admin }
-}
 
 async function appOn (t: Test, server: { url: string }, options: Parameters<typeof buildApp>[0] = {}): Promise<{ app: FastifyInstance, clock: TestClock }> {
   const redis = createClient(server as never)

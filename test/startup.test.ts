@@ -107,7 +107,8 @@ test('an invalid route block fails startup with a coded error naming the route a
     [{ limit: 0, window: '1m' }, 'limit'],
     [{ limit: 1.5, window: '1m' }, 'limit'],
     [{ limit: -3, window: '1m' }, 'limit'],
-    [{ limit: '10', window: '1m' }, 'limit'],
+    [{ limit: '10', window: '1m' }, 'limit', /\(got "10"\)/],
+    [{ limit: 10, window: '1m', cost: '2' }, 'cost', /\(got "2"\)/],
     [{ limit: 10, window: 'soon' }, 'window'],
     [{ limit: 10, window: 0 }, 'window'],
     [{ limit: 10, window: '2d' }, 'window'],
@@ -155,6 +156,53 @@ test('an invalid route block fails startup with a coded error naming the route a
     if (message !== undefined) t.match(error?.message, message, label)
     await app.close().catch(() => {})
   }
+})
+
+test('derived policy names fit any route: readable, at most 64 printable ASCII characters, stable and distinct per route', async (t) => {
+  const long = '/api/v1/organizations/:orgId/projects/:projectId/environments/:envId/deployments'
+  const routes = [
+    long,
+    long + '/:deploymentId', // shares the first 64 characters of its name with the one above
+    '/' + Array.from({ length: 40 }, (_, i) => `level${i}/:p${i}`).join('/'),
+    '/' + 'x'.repeat(500),
+    '/café/ünïcode/日本語/:id',
+    '/café/ünïcode/中文/:id', // the same readable slug as the one above
+    '/files/*',
+    '/user_info',
+    '/orders/:id',
+    '/'
+  ]
+  const build = async () => {
+    const app = await buildApp({ store: 'memory', defaultLimit: { limit: 5, window: '1m' } })
+    for (const url of routes) app.get(url, ok)
+    // Several blocks: the `-1` of the second block still fits.
+    app.post(long, { config: { rateLimit: [{ limit: 5, window: '1s' }, { limit: 50, window: '1h' }] } }, ok)
+    await app.ready()
+    t.teardown(async () => { await app.close() })
+    return app
+  }
+  const app = await build()
+  const named = app.rateLimit.policies().filter((p) => p.method !== 'HEAD' && p.limit !== false)
+  const names = named.flatMap((p) => p.limits.map((block) => block.name))
+  t.equal(names.length, routes.length + 2)
+  for (const name of names) t.match(name, /^[\x21-\x7e]{1,64}$/, `${name}: 1 to 64 printable ASCII characters`)
+  t.equal(new Set(names).size, names.length, 'no two routes or blocks share a derived name')
+  const nameOf = (method: string, url: string) => named.find((p) => p.method === method && p.url === url)?.limits.map((block) => block.name)
+  t.match(nameOf('GET', long), [/^get-api-v1-organizations-orgId-projects-projectId-envir-[0-9a-f]{8}$/], 'a readable prefix and a short hash, 64 characters')
+  t.match(nameOf('POST', long), [/^post-api-v1-.*-[0-9a-f]{8}$/, /^post-api-v1-.*-[0-9a-f]{8}-1$/])
+  t.same(nameOf('GET', '/orders/:id'), ['get-orders-id'], 'a short plain route keeps its plain name')
+  t.same(nameOf('GET', '/'), ['get-root'])
+  t.match(nameOf('GET', '/café/ünïcode/日本語/:id'), [/^get-caf-n-code-id-[0-9a-f]{8}$/])
+
+  const again = await build()
+  t.same(again.rateLimit.policies().filter((p) => p.method !== 'HEAD' && p.limit !== false).flatMap((p) => p.limits.map((block) => block.name)), names, 'the same names on every start')
+
+  const res = await app.inject('/api/v1/organizations/o1/projects/p1/environments/e1/deployments')
+  t.equal(res.statusCode, 200, 'the long route serves requests')
+  t.equal(res.headers['ratelimit-policy'], `"${nameOf('GET', long)?.[0] ?? ''}";q=5;w=60`)
+  const unicode = await app.inject(encodeURI('/café/ünïcode/日本語/7'))
+  t.equal(unicode.statusCode, 200)
+  t.match(unicode.headers['ratelimit-policy'], /^"get-caf-n-code-id-[0-9a-f]{8}";q=5;w=60$/)
 })
 
 test('valid durations and identity parts compile', async (t) => {

@@ -6,13 +6,14 @@
  * If none works the suite fails with a message saying how to provide one:
  * a missing Redis never turns into a skipped test.
  */
-import { spawn, execFileSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { Redis, type RedisOptions } from 'ioredis'
+import type { Test } from 'tap'
+import { ping } from './processes.js'
+import { startServer, type ManagedServer } from './topologies.js'
+
+export { freePort } from './processes.js'
 
 export interface RedisServer {
   url: string
@@ -22,75 +23,30 @@ export interface RedisServer {
   stop: () => Promise<void>
 }
 
-export async function freePort (): Promise<number> {
-  return await new Promise((resolve, reject) => {
-    const server = createServer()
-    server.unref()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      server.close(() => {
-        if (address !== null && typeof address === 'object') resolve(address.port)
-        else reject(new Error('no port'))
-      })
-    })
-  })
-}
+const HOW_TO_PROVIDE = 'No Redis for the tests. Install redis-server (apt-get install redis-server, brew install redis) so the tests can start their own on free loopback ports, start Docker so @testcontainers/redis can run one, or set REDIS_URL=redis://host:port to a Redis 7+ the tests may write to (they use unique key prefixes and never flush it).'
 
-const HOW_TO_PROVIDE = 'No Redis for the tests. Set REDIS_URL=redis://127.0.0.1:6379, start Docker so @testcontainers/redis can run one, or install redis-server (apt-get install redis-server) so the helper can start one on a free port.'
-
-/** Starts a throwaway `redis-server` on a free loopback port; resolves once it answers PING. */
-export async function startRedisServer (extraArgs: string[] = []): Promise<RedisServer & { pid: number, dir: string }> {
-  const port = await freePort()
-  const dir = mkdtempSync(join(tmpdir(), 'rrl-redis-'))
-  const child = spawn('redis-server', [
-    '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-    '--dir', dir, ...extraArgs
-  ], { stdio: 'ignore', detached: false })
-  const exited = new Promise<never>((_resolve, reject) => {
-    child.once('error', (err) => reject(new Error(`${HOW_TO_PROVIDE} (${err.message})`)))
-    child.once('exit', (code) => reject(new Error(`redis-server exited with code ${code}`)))
-  })
-  exited.catch(() => {})
-  const deadline = Date.now() + 5000
-  for (;;) {
-    if (await ping(port)) break
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL')
-      throw new Error(`redis-server on port ${port} did not answer within 5 s. ${HOW_TO_PROVIDE}`)
-    }
-    await Promise.race([new Promise((resolve) => setTimeout(resolve, 25)), exited])
-  }
-  const pid = child.pid ?? -1
-  return {
-    url: `redis://127.0.0.1:${port}`,
-    host: '127.0.0.1',
-    port,
-    pid,
-    dir,
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) {
-        const gone = new Promise((resolve) => child.once('exit', resolve))
-        try { process.kill(pid, 'SIGCONT') } catch {}
-        child.kill('SIGKILL')
-        await gone
-      }
-      rmSync(dir, { recursive: true, force: true })
-    }
-  }
-}
-
-async function ping (port: number, host = '127.0.0.1'): Promise<boolean> {
-  const client = new Redis({ port, host, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  client.on('error', () => {})
+/**
+ * A throwaway `redis-server` on a free loopback port, owned by this test
+ * process (see processes.ts); resolves once it answers PING. Use it for
+ * anything that flushes, stops, hangs or reconfigures a server.
+ */
+export async function startRedisServer (extraArgs: string[] = []): Promise<ManagedServer> {
   try {
-    await client.connect()
-    return (await client.ping()) === 'PONG'
-  } catch {
-    return false
-  } finally {
-    client.disconnect()
+    return await startServer(extraArgs, { label: 'redis' })
+  } catch (error) {
+    throw new Error(`${(error as Error).message}. ${HOW_TO_PROVIDE}`, { cause: error })
   }
+}
+
+/** A private server for one test, stopped by the test's teardown, with a fail-fast admin client. */
+export async function privateRedis (t: Test): Promise<{ server: ManagedServer, admin: Redis }> {
+  const server = await startRedisServer()
+  const admin = createClient(server)
+  t.teardown(async () => {
+    admin.disconnect()
+    await server.stop()
+  })
+  return { server, admin }
 }
 
 function dockerAnswers (): boolean {
@@ -104,7 +60,10 @@ function dockerAnswers (): boolean {
 
 let shared: Promise<RedisServer> | undefined
 
-/** One Redis per test file, chosen as the module comment says. */
+/**
+ * One Redis per test file, chosen as the module comment says. A server this
+ * helper starts lives until the test file's process ends, and dies with it.
+ */
 export async function getRedis (): Promise<RedisServer> {
   shared ??= provision()
   return await shared
@@ -120,9 +79,11 @@ async function provision (): Promise<RedisServer> {
   }
   if (dockerAnswers()) {
     const { RedisContainer } = await import('@testcontainers/redis')
+    // Ryuk, testcontainers' reaper, removes the container if this process dies first.
     const container = await new RedisContainer('redis:7.0').start()
     const url = container.getConnectionUrl()
     const parsed = new URL(url)
+    process.once('beforeExit', () => { container.stop().catch(() => {}) })
     return { url, host: parsed.hostname, port: Number(parsed.port), stop: async () => { await container.stop() } }
   }
   return await startRedisServer()

@@ -11,54 +11,22 @@
  * - startProxy(): a loopback TCP proxy that forwards, drops server→client
  *   replies, pauses both directions, or cuts every connection.
  *
- * Every process is a child of the test process, tracked in one set and killed
- * in stop(), and again (SIGKILL) when the test process exits for any reason,
- * so a failing test never leaves a redis-server behind.
+ * Every process is a child of the test process, started through processes.ts:
+ * killed in stop(), and again (SIGKILL) when the test process ends for any
+ * reason, so a failing or timed-out test never leaves a redis-server behind.
  */
-import { spawn, execFile, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { execFile, type ChildProcess } from 'node:child_process'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { createServer, connect, type Server, type Socket } from 'node:net'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Redis } from 'ioredis'
-import { freePort } from './redis.js'
+import { freePort, ping, spawnOwned, tempDir } from './processes.js'
+
+export { tempDir }
 
 const execFileAsync = promisify(execFile)
 const HOST = '127.0.0.1'
-
-const live = new Set<ChildProcess>()
-const dirs = new Set<string>()
-let exitHookInstalled = false
-
-function killEverything (): void {
-  for (const child of live) {
-    try { if (child.pid !== undefined) process.kill(child.pid, 'SIGCONT') } catch {}
-    try { child.kill('SIGKILL') } catch {}
-  }
-  live.clear()
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
-  dirs.clear()
-}
-
-function installExitHook (): void {
-  if (exitHookInstalled) return
-  exitHookInstalled = true
-  process.once('exit', killEverything)
-  // tap ends a timed-out test file with SIGTERM: clean up, then die as asked.
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(signal, () => {
-      killEverything()
-      process.exit(128 + (signal === 'SIGTERM' ? 15 : 2))
-    })
-  }
-}
-
-export function tempDir (label: string): string {
-  const dir = mkdtempSync(join(tmpdir(), `rrl-${label}-`))
-  dirs.add(dir)
-  return dir
-}
 
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
@@ -67,19 +35,6 @@ export function adminClient (port: number): Redis {
   const client = new Redis({ port, host: HOST, enableOfflineQueue: true, maxRetriesPerRequest: 1, connectTimeout: 2000, retryStrategy: (n) => Math.min(n * 50, 200), protocol: 2 })
   client.on('error', () => {})
   return client
-}
-
-async function ping (port: number): Promise<boolean> {
-  const client = new Redis({ port, host: HOST, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 })
-  client.on('error', () => {})
-  try {
-    await client.connect()
-    return (await client.ping()) === 'PONG'
-  } catch {
-    return false
-  } finally {
-    client.disconnect()
-  }
 }
 
 /** Polls `check` every `everyMs` until it returns true; throws `what` after `withinMs`. */
@@ -113,7 +68,6 @@ export interface ManagedServer {
 
 /** One redis-server on a free loopback port, answering PING when this resolves. */
 export async function startServer (args: string[] = [], options: { port?: number, label?: string, sentinel?: string } = {}): Promise<ManagedServer> {
-  installExitHook()
   const port = options.port ?? await freePort()
   const dir = tempDir(options.label ?? `redis-${port}`)
   let child: ChildProcess | undefined
@@ -123,11 +77,8 @@ export async function startServer (args: string[] = [], options: { port?: number
     const argv = options.sentinel !== undefined
       ? [options.sentinel, '--sentinel', '--logfile', logFile]
       : ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', logFile, ...args]
-    const proc = spawn('redis-server', argv, { stdio: 'ignore' })
-    // A forgotten server must not keep the test process alive: it exits, and the exit hook kills the server.
-    proc.unref()
-    live.add(proc)
-    proc.once('exit', () => { live.delete(proc) })
+    // Unref'd and owned: a forgotten server never keeps the test process alive, and dies with it.
+    const proc = spawnOwned('redis-server', argv)
     const failed = new Promise<never>((_resolve, reject) => {
       proc.once('error', (err) => reject(new Error(`cannot run redis-server: ${err.message} (apt-get install redis-server)`)))
       proc.once('exit', (code, signal) => reject(new Error(`redis-server on ${port} exited (${code ?? signal}) at start`)))

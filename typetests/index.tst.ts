@@ -66,10 +66,15 @@ describe('the plugin', () => {
       printPolicies: true,
       metrics: false,
       batchWrites: false,
+      maxBatch: 64,
+      maxPending: 10_000,
+      fleetSize: 3,
+      maxKeys: 50_000,
+      circuitBreaker: { failures: 3, cooldown: '500ms' },
       clock: () => Date.now(),
       configKey: 'redisRateLimit'
     })).type.not.toRaiseError()
-    expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false, circuitBreaker: false, onRedisError: 'local' })).type.not.toRaiseError()
   })
 
   test('defaultLimit: a block or an array of blocks', () => {
@@ -101,6 +106,11 @@ describe('the plugin', () => {
     expect(app.register(rateLimit, { printPolicies: 'yes' })).type.toRaiseError()
     expect(app.register(rateLimit, { metrics: 1 })).type.toRaiseError()
     expect(app.register(rateLimit, { batchWrites: 'on' })).type.toRaiseError()
+    expect(app.register(rateLimit, { maxBatch: '64' })).type.toRaiseError()
+    expect(app.register(rateLimit, { maxPending: true })).type.toRaiseError()
+    expect(app.register(rateLimit, { fleetSize: '3' })).type.toRaiseError()
+    expect(app.register(rateLimit, { maxKeys: [] })).type.toRaiseError()
+    expect(app.register(rateLimit, { circuitBreaker: true })).type.toRaiseError()
     expect(app.register(rateLimit, { clock: Date.now() })).type.toRaiseError()
     expect(app.register(rateLimit, { configKey: false })).type.toRaiseError()
     expect(app.register(rateLimit, { max: 100 })).type.toRaiseError()
@@ -121,7 +131,9 @@ describe('route config: config.rateLimit', () => {
           onRedisError: 'closed',
           name: 'orders',
           mode: 'enforce',
-          refundOn: (reply: FastifyReply) => reply.statusCode >= 500
+          refundOn: (reply: FastifyReply) => reply.statusCode >= 500,
+          penalty: { after: 3, for: '15m', backoff: 2, max: '1d' },
+          localLimit: 10
         }
       }
     }, handler)).type.not.toRaiseError()
@@ -147,6 +159,8 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', by: 'cookie' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', by: ['ip', 'query:q'] } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', cost: '2' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', penalty: { for: '1m' } } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', localLimit: '2' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', onRedisError: 'skip' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
@@ -168,7 +182,7 @@ describe('decorations', () => {
       expect(request.rateLimit).type.toBe<RateLimitDecision | null>()
       if (request.rateLimit !== null) {
         expect(request.rateLimit.remaining).type.toBe<number>()
-        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
         expect(request.rateLimit.policies).type.toBe<RateLimitPolicyDecision[]>()
       }
       return 'ok'
@@ -192,7 +206,7 @@ describe('every exported type', () => {
   test('names and unions', () => {
     expect<AlgorithmName>().type.toBe<'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra'>()
     expect(ALGORITHMS).type.toBe<readonly ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra']>()
-    expect<FailurePolicy>().type.toBe<'open' | 'closed'>()
+    expect<FailurePolicy>().type.toBe<'open' | 'closed' | 'local'>()
     expect<HeaderMode>().type.toBe<'ietf' | 'legacy' | 'both' | false>()
     expect<RateLimitMode>().type.toBe<'enforce' | 'shadow'>()
     expect<TieredCount>().type.toBeAssignableFrom<number>()
@@ -214,7 +228,7 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized'>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
   })
 
@@ -222,9 +236,9 @@ describe('every exported type', () => {
     expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
     expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
     expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
-    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
     expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
-    expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'bad-reply' | 'other'>()
+    expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'overloaded' | 'circuit-open' | 'bad-reply' | 'script-error' | 'other'>()
   })
 
   test('coded errors are constructors of FastifyError', () => {

@@ -92,6 +92,13 @@ export class Dispatcher {
   #pending = 0
   readonly #progress = new Map<string, Progress>()
   readonly #flush = (): void => { this.#flushQueue() }
+  /** Calls whose timer fired, judged together after the next poll phase (see #judge). */
+  #fired: Array<() => void> = []
+  readonly #judgeFired = (): void => {
+    const verdicts = this.#fired
+    this.#fired = []
+    for (const verdict of verdicts) verdict()
+  }
 
   constructor (client: Client, script: LoadedScript, options: DispatchOptions) {
     this.#client = client
@@ -155,6 +162,18 @@ export class Dispatcher {
   #fail (job: BatchJob, error: unknown): void {
     this.#pending--
     job.reject(error)
+  }
+
+  /**
+   * Judges a call whose timer fired after the next poll phase (setImmediate),
+   * together with every other call whose timer fired in the same turn: one
+   * callback abandons them all before any of their requests go on, so the
+   * last call of a hung flood is not answered only after the requests of all
+   * the calls before it have been served.
+   */
+  #judge (verdict: () => void): void {
+    this.#fired.push(verdict)
+    if (this.#fired.length === 1) setImmediate(this.#judgeFired)
   }
 
   /** The progress record of the connection a call went to: the only one standalone, its slot's master on a Cluster. */
@@ -226,7 +245,7 @@ export class Dispatcher {
     // Expired timers run before the poll phase: let it read replies that have already arrived.
     const onTimer = (): void => {
       firedAt = performance.now()
-      setImmediate(verdict)
+      this.#judge(verdict)
     }
     timer = setTimeout(onTimer, timeout)
 

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, type AlgorithmName } from './algorithm-types.js'
 import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_BLOCK } from './errors.js'
-import { policyItem, sfString } from './headers.js'
+import { headerQuota, policyItem, sfString } from './headers.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
 import { keyMethod, keySuffix } from './keys.js'
 import type { BlockRun, Penalty } from './store.js'
@@ -240,6 +240,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
     const limit = limitOf(tier)
     const burst = bursty ? burstOf(tier, limit) : limit
     const local = localParams(limit, burst, localLimit, context.fleetSize)
+    const shownQuota = headerQuota(limit, windowMs, burst, bursty)
     return {
       algorithm,
       algorithmNumber,
@@ -247,7 +248,9 @@ export function compileBlock (block: unknown, method: string | string[], url: st
       scriptArgs: [String(limit), String(windowMs), String(burst)],
       shadow: mode === 'shadow',
       tier,
-      policyItem: policyItem(nameItem, limit, windowMs, tier),
+      policyItem: policyItem(nameItem, shownQuota.quota, shownQuota.windowSeconds, tier),
+      quota: shownQuota.quota,
+      windowSeconds: shownQuota.windowSeconds,
       penalty,
       local: local === undefined ? undefined : { limit: local.limit, windowMs, burst: local.burst }
     }

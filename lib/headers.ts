@@ -27,9 +27,21 @@ export function sfString (value: string): string {
   return '"' + value.replace(/[\\"]/g, '\\$&') + '"'
 }
 
+/**
+ * A block's quota as the headers state it: `q` units per `w` seconds. For
+ * token-bucket and gcra the quota is the burst capacity and `w` the time to
+ * refill it from empty (burst × window / limit), so `r` never exceeds `q` and
+ * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
+ */
+export function headerQuota (limit: number, windowMs: number, burst: number, bursty: boolean): { quota: number, windowSeconds: number } {
+  const quota = bursty ? burst : limit
+  const quotaMs = bursty ? Math.ceil(burst * windowMs / limit) : windowMs
+  return { quota, windowSeconds: Math.max(1, secondsCeil(quotaMs)) }
+}
+
 /** One `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;tier="pro"`). */
-export function policyItem (nameItem: string, limit: number, windowMs: number, tier: string | undefined): string {
-  return `${nameItem};q=${limit};w=${Math.max(1, secondsCeil(windowMs))}` + (tier === undefined ? '' : `;tier=${sfString(tier)}`)
+export function policyItem (nameItem: string, quota: number, windowSeconds: number, tier: string | undefined): string {
+  return `${nameItem};q=${quota};w=${windowSeconds}` + (tier === undefined ? '' : `;tier=${sfString(tier)}`)
 }
 
 /** The `RateLimit-Policy` value for one list of runs: enforced ones only; '' = send none. */
@@ -52,8 +64,21 @@ export interface HeaderSource {
  */
 export type HeaderWriter = (reply: FastifyReply, policy: HeaderSource, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, binding: number) => void
 
-function resetSeconds (decision: RawDecision): number {
-  return decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
+/**
+ * `t`: seconds until the quota is fully restored (admitted) or until this
+ * policy admits again (refused), at most `w`. Only a penalty may say more (the
+ * documented exception): the client must wait it out. Capping matters for the
+ * sliding window, whose weighted previous window can keep part of the quota
+ * busy up to one more window; Retry-After on a 429 stays exact.
+ */
+function resetSeconds (decision: RawDecision, run: BlockRun): number {
+  const seconds = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
+  return decision.penalized === true ? seconds : Math.min(seconds, run.windowSeconds)
+}
+
+/** `r`: units left, never more than `q` (a fresh token bucket reports its capacity). */
+function remainingShown (decision: RawDecision, cost: number, charged: boolean, run: BlockRun): number {
+  return Math.min(shownRemaining(decision, cost, charged), run.quota)
 }
 
 function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, policy: HeaderSource): string {
@@ -61,13 +86,23 @@ function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<Raw
   for (let i = 0; i < runs.length; i++) {
     const decision = decisions[i]
     if ((runs[i] as BlockRun).shadow || decision === undefined) continue
-    value += (value === '' ? '' : ', ') + `${(policy.blocks[i] as { nameItem: string }).nameItem};r=${shownRemaining(decision, costs[i] as number, !rejected)};t=${resetSeconds(decision)}`
+    const run = runs[i] as BlockRun
+    value += (value === '' ? '' : ', ') + `${(policy.blocks[i] as { nameItem: string }).nameItem};r=${remainingShown(decision, costs[i] as number, !rejected, run)};t=${resetSeconds(decision, run)}`
   }
   return value
 }
 
+/** `RateLimit-Policy` for the blocks that were decided: all of them, except on a local deny-cache answer. */
+function policyValue (policy: HeaderSource, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>): string {
+  for (let i = 0; i < runs.length; i++) {
+    if (decisions[i] === undefined && !(runs[i] as BlockRun).shadow) return policyHeaderValue(runs.filter((_, j) => decisions[j] !== undefined))
+  }
+  return policy.policyHeaders.get(runs) ?? ''
+}
+
 const writeIetf: HeaderWriter = (reply, policy, runs, decisions, costs, rejected) => {
-  const policyHeader = policy.policyHeaders.get(runs) ?? ''
+  // Both fields list the same policies: a deny-cache answer knows only some blocks, so both show those.
+  const policyHeader = policyValue(policy, runs, decisions)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
   const value = rateLimitValue(runs, decisions, costs, rejected, policy)
@@ -78,9 +113,9 @@ const writeLegacy: HeaderWriter = (reply, _policy, runs, decisions, costs, rejec
   const run = runs[binding] as BlockRun
   const decision = decisions[binding]
   if (run.shadow || decision === undefined) return
-  reply.header('x-ratelimit-limit', run.params.limit)
-  reply.header('x-ratelimit-remaining', shownRemaining(decision, costs[binding] as number, !rejected))
-  reply.header('x-ratelimit-reset', resetSeconds(decision))
+  reply.header('x-ratelimit-limit', run.quota)
+  reply.header('x-ratelimit-remaining', remainingShown(decision, costs[binding] as number, !rejected, run))
+  reply.header('x-ratelimit-reset', resetSeconds(decision, run))
 }
 
 const writeBoth: HeaderWriter = (reply, policy, runs, decisions, costs, rejected, binding) => {

@@ -76,6 +76,8 @@ test('property: the batch script decides like the memory store, penalties includ
       shadow: b.shadow,
       tier: undefined,
       policyItem: '',
+      quota: b.limit,
+      windowSeconds: Math.ceil(b.windowMs / 1000),
       penalty: b.penalty === undefined
         ? undefined
         : { after: b.penalty.after, forMs: b.penalty.forMs, backoff: b.penalty.backoff, maxMs: b.penalty.forMs + b.penalty.extra, arg: `${b.penalty.after}:${b.penalty.forMs}:${b.penalty.backoff}:${b.penalty.forMs + b.penalty.extra}` }

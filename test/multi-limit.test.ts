@@ -327,7 +327,9 @@ test('property: the multi script decides like the memory store, and a refused st
       scriptArgs: [String(b.limit), String(b.windowMs), String(b.limit)],
       shadow: b.shadow,
       tier: undefined,
-      policyItem: ''
+      policyItem: '',
+      quota: b.limit,
+      windowSeconds: Math.ceil(b.windowMs / 1000)
     }))
     const args: Array<string | number> = [blocks.length]
     for (const b of blocks) args.push(ALGORITHMS.indexOf(b.algorithm) + 1, b.limit, b.windowMs, b.shadow ? '1' : '')

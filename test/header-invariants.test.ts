@@ -1,0 +1,102 @@
+/**
+ * Header invariants, parsed with `structured-headers` (RFC 9651) as a client
+ * would: for every algorithm, both stores, a burst larger than the limit, a
+ * multi-limit route answered by the deny cache, and a penalty:
+ *   - every field parses;
+ *   - r ≤ q and t ≤ w for every policy (a penalty's t is the documented exception);
+ *   - `RateLimit` lists exactly the policies of `RateLimit-Policy`;
+ *   - on a 429, Retry-After is never earlier than a violated policy's t.
+ * Requests walk through time with the injected clock.
+ */
+import { test, type Test } from 'tap'
+import { parseList } from 'structured-headers'
+import type { FastifyInstance } from 'fastify'
+import { ALGORITHMS, type RateLimitBlock } from '../lib/index.js'
+import { buildApp, TestClock } from './helpers/app.js'
+import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+
+interface Policy { name: string, q?: number, w?: number, r?: number, t?: number }
+
+function parse (value: string | undefined): Policy[] {
+  if (value === undefined) return []
+  return parseList(value).map(([item, params]) => ({
+    name: String(item),
+    q: params.get('q') as number | undefined,
+    w: params.get('w') as number | undefined,
+    r: params.get('r') as number | undefined,
+    t: params.get('t') as number | undefined
+  }))
+}
+
+async function setup (t: Test, store: 'redis' | 'memory'): Promise<{ app: FastifyInstance, clock: TestClock }> {
+  const clock = new TestClock()
+  if (store === 'memory') {
+    const app = await buildApp({ store: 'memory', clock: clock.read })
+    t.teardown(() => app.close())
+    return { app, clock }
+  }
+  const redis = createClient(await getRedis())
+  const prefix = uniquePrefix('hi')
+  const app = await buildApp({ redis, prefix, clock: clock.read })
+  t.teardown(async () => {
+    await app.close()
+    const keys = await redis.keys(`${prefix}:*`)
+    if (keys.length > 0) await redis.del(...keys)
+    redis.disconnect()
+  })
+  return { app, clock }
+}
+
+const ROUTES: Array<[string, RateLimitBlock | RateLimitBlock[]]> = [
+  ...ALGORITHMS.map((algorithm): [string, RateLimitBlock] => [`/${algorithm}`, { algorithm, limit: 3, window: '10s', name: algorithm }]),
+  ['/tb-burst', { algorithm: 'token-bucket', limit: 2, window: '10s', burst: 5, name: 'tb-burst' }],
+  ['/gcra-burst', { algorithm: 'gcra', limit: 2, window: '10s', burst: 5, name: 'gcra-burst' }],
+  ['/multi', [{ limit: 2, window: '10s', name: 'short' }, { algorithm: 'fixed-window', limit: 4, window: '1m', name: 'long' }]],
+  ['/penalty', { algorithm: 'fixed-window', limit: 1, window: '10s', name: 'penalty', penalty: { after: 2, for: '1m' } }]
+]
+
+for (const store of ['redis', 'memory'] as const) {
+  test(`${store}: r ≤ q, t ≤ w, the same policies in both fields, Retry-After ≥ t`, async (t) => {
+    const { app, clock } = await setup(t, store)
+    for (const [path, block] of ROUTES) app.get(path, { config: { rateLimit: block } }, async () => 'ok')
+    await app.ready()
+    let checked = 0
+    let penalized = 0
+    let fromDenyCache = 0
+    for (const [path] of ROUTES) {
+      for (let step = 0; step < 14; step++) {
+        // Bursts of requests, then pauses of growing length: windows roll, buckets refill.
+        if (step % 4 === 0) clock.advance(step * 700)
+        const res = await app.inject(path)
+        const policies = parse(res.headers['ratelimit-policy'] as string | undefined)
+        const states = parse(res.headers.ratelimit as string | undefined)
+        t.ok(policies.length > 0, `${path} #${step}: RateLimit-Policy present`)
+        t.same(states.map((p) => p.name), policies.map((p) => p.name), `${path} #${step}: the same policies in both fields`)
+        const retryAfter = res.headers['retry-after'] === undefined ? undefined : Number(res.headers['retry-after'])
+        const violated: string[] = res.statusCode === 429 ? JSON.parse(res.body)['violated-policies'] : []
+        if (res.statusCode === 429 && violated.length < policies.length) fromDenyCache++
+        for (const policy of policies) {
+          const state = states.find((s) => s.name === policy.name) as Policy
+          const isPenalty = path === '/penalty' && res.statusCode === 429 && (state.t as number) > (policy.w as number)
+          if (isPenalty) penalized++
+          t.ok((state.r as number) <= (policy.q as number), `${path} #${step} ${policy.name}: r=${state.r} ≤ q=${policy.q}`)
+          t.ok(isPenalty || (state.t as number) <= (policy.w as number), `${path} #${step} ${policy.name}: t=${state.t} ≤ w=${policy.w}`)
+          if (retryAfter !== undefined && violated.includes(policy.name)) t.ok(retryAfter >= (state.t as number), `${path} #${step}: Retry-After ${retryAfter} ≥ t=${state.t}`)
+          checked++
+        }
+      }
+    }
+    t.ok(checked > 100, `${checked} policy states checked`)
+    t.ok(penalized > 0, `${penalized} penalized answers (t beyond w, as documented)`)
+    t.ok(fromDenyCache > 0, `${fromDenyCache} refusals on the multi-limit route name fewer policies than it has`)
+  })
+}
+
+test('a burst larger than the limit is stated as q = burst with w = the time to refill it', async (t) => {
+  const { app } = await setup(t, 'memory')
+  app.get('/b', { config: { rateLimit: { algorithm: 'token-bucket', limit: 2, window: '10s', burst: 5, name: 'b' } } }, async () => 'ok')
+  await app.ready()
+  const res = await app.inject('/b')
+  t.equal(res.headers['ratelimit-policy'], '"b";q=5;w=25', '5 tokens, refilled at 2 per 10 s: 25 s')
+  t.equal(res.headers.ratelimit, '"b";r=4;t=5')
+})

@@ -17,7 +17,7 @@ import { ALGORITHMS, type RawDecision } from '../lib/algorithm-types.js'
 import { MemoryStore } from '../lib/memory-store.js'
 import { RedisStore } from '../lib/redis-store.js'
 import type { BlockRun, DecideMode } from '../lib/store.js'
-import { TestClock } from './helpers/app.js'
+import { TestClock, testRun } from './helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
@@ -68,16 +68,8 @@ test('property: the batch script decides like the memory store, penalties includ
   await fc.assert(fc.asyncProperty(scenario, async ({ blocks, steps }) => {
     run++
     const model = new MemoryStore(clock.read)
-    const runs: BlockRun[] = blocks.map((b) => ({
-      algorithm: b.algorithm,
-      algorithmNumber: ALGORITHMS.indexOf(b.algorithm) + 1,
-      params: { limit: b.limit, windowMs: b.windowMs, burst: b.limit },
-      scriptArgs: [String(b.limit), String(b.windowMs), String(b.limit)],
-      shadow: b.shadow,
-      tier: undefined,
-      policyItem: '',
-      quota: b.limit,
-      windowSeconds: Math.ceil(b.windowMs / 1000),
+    const runs: BlockRun[] = blocks.map((b) => testRun({
+      ...b,
       penalty: b.penalty === undefined
         ? undefined
         : { after: b.penalty.after, forMs: b.penalty.forMs, backoff: b.penalty.backoff, maxMs: b.penalty.forMs + b.penalty.extra, arg: `${b.penalty.after}:${b.penalty.forMs}:${b.penalty.backoff}:${b.penalty.forMs + b.penalty.extra}` }

@@ -10,10 +10,8 @@
  */
 import { test, type Test } from 'tap'
 import { parseList } from 'structured-headers'
-import type { FastifyInstance } from 'fastify'
 import { ALGORITHMS, type RateLimitBlock } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupStoreApp } from './helpers/app.js'
 
 interface Policy { name: string, q?: number, w?: number, r?: number, t?: number }
 
@@ -28,24 +26,7 @@ function parse (value: string | undefined): Policy[] {
   }))
 }
 
-async function setup (t: Test, store: 'redis' | 'memory'): Promise<{ app: FastifyInstance, clock: TestClock }> {
-  const clock = new TestClock()
-  if (store === 'memory') {
-    const app = await buildApp({ store: 'memory', clock: clock.read })
-    t.teardown(() => app.close())
-    return { app, clock }
-  }
-  const redis = createClient(await getRedis())
-  const prefix = uniquePrefix('hi')
-  const app = await buildApp({ redis, prefix, clock: clock.read })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, clock }
-}
+const setup = async (t: Test, store: 'redis' | 'memory', options: Parameters<typeof buildApp>[0] = {}) => await setupStoreApp(t, store, 'hi', options)
 
 const ROUTES: Array<[string, RateLimitBlock | RateLimitBlock[]]> = [
   ...ALGORITHMS.map((algorithm): [string, RateLimitBlock] => [`/${algorithm}`, { algorithm, limit: 3, window: '10s', name: algorithm }]),

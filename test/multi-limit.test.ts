@@ -9,7 +9,7 @@ import { test, type Test } from 'tap'
 import { request } from 'undici'
 import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, setupRedisApp, TestClock } from './helpers/app.js'
+import { buildApp, setupRedisApp, TestClock, testRun } from './helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/algorithm-types.js'
 import { compileGlobals, compilePolicy, type BlockRun, type CompileContext } from '../lib/policy.js'
@@ -320,17 +320,7 @@ test('property: the multi script decides like the memory store, and a refused st
   await fc.assert(fc.asyncProperty(scenario, async ({ blocks, steps }) => {
     run++
     const keys = blocks.map((_, i) => `${prefix}:{s${run}}:${i}`)
-    const runs: BlockRun[] = blocks.map((b) => ({
-      algorithm: b.algorithm,
-      algorithmNumber: ALGORITHMS.indexOf(b.algorithm) + 1,
-      params: { limit: b.limit, windowMs: b.windowMs, burst: b.limit },
-      scriptArgs: [String(b.limit), String(b.windowMs), String(b.limit)],
-      shadow: b.shadow,
-      tier: undefined,
-      policyItem: '',
-      quota: b.limit,
-      windowSeconds: Math.ceil(b.windowMs / 1000)
-    }))
+    const runs: BlockRun[] = blocks.map((b) => testRun(b))
     const args: Array<string | number> = [blocks.length]
     for (const b of blocks) args.push(ALGORITHMS.indexOf(b.algorithm) + 1, b.limit, b.windowMs, b.shadow ? '1' : '')
     let now = 1_900_000_000_000

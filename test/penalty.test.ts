@@ -6,30 +6,10 @@
  * Held on Redis and on the memory store, which must agree. Injected clock.
  */
 import { test, type Test } from 'tap'
-import type { FastifyInstance } from 'fastify'
 import { ALGORITHMS } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupStoreApp } from './helpers/app.js'
 
-async function setup (t: Test, store: 'redis' | 'memory'): Promise<{ app: FastifyInstance, clock: TestClock }> {
-  const clock = new TestClock()
-  if (store === 'memory') {
-    const app = await buildApp({ store: 'memory', clock: clock.read })
-    t.teardown(() => app.close())
-    return { app, clock }
-  }
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('pn')
-  const app = await buildApp({ redis, prefix, clock: clock.read })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, clock }
-}
+const setup = async (t: Test, store: 'redis' | 'memory', options: Parameters<typeof buildApp>[0] = {}) => await setupStoreApp(t, store, 'pn', options)
 
 const PENALTY = { after: 3, for: '1m', backoff: 2, max: '3m' }
 

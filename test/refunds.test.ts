@@ -6,30 +6,11 @@
  */
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, setupStoreApp } from './helpers/app.js'
 
 const REFUNDABLE = ['fixed-window', 'sliding-window', 'token-bucket', 'gcra'] as const
 
-async function setup (t: Test, store: 'redis' | 'memory', options: Parameters<typeof buildApp>[0] = {}): Promise<{ app: FastifyInstance, clock: TestClock }> {
-  const clock = new TestClock()
-  if (store === 'memory') {
-    const app = await buildApp({ store: 'memory', clock: clock.read, ...options })
-    t.teardown(() => app.close())
-    return { app, clock }
-  }
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('rf')
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, clock }
-}
+const setup = async (t: Test, store: 'redis' | 'memory', options: Parameters<typeof buildApp>[0] = {}) => await setupStoreApp(t, store, 'rf', options)
 
 /** Replies 500 when asked to fail: those requests are refunded. */
 function routes (app: FastifyInstance): void {

@@ -1,7 +1,8 @@
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
-import rateLimit, { type RateLimitPluginOptions } from '../../lib/index.js'
+import rateLimit, { ALGORITHMS, type AlgorithmName, type RateLimitPluginOptions } from '../../lib/index.js'
+import type { BlockRun, Penalty } from '../../lib/store.js'
 import { createClient, getRedis, uniquePrefix } from './redis.js'
 
 /** A mutable test clock: scripts receive `now` instead of reading Redis TIME. */
@@ -33,9 +34,9 @@ export interface RedisApp {
 }
 
 /**
- * An app on the shared test Redis with its own key prefix and a test clock.
- * The timeout is generous: latency is tested in failure/faults tests, and a
- * loaded CI machine must not turn these decisions into degraded ones.
+ * An app on the shared test Redis with its own key prefix and a test clock,
+ * with the plugin's default options (its 50 ms timeout too: a generous one
+ * once hid a limiter that failed open under load).
  * Teardown closes the app and deletes the prefix's keys (never a flush).
  */
 export async function setupRedisApp (t: Test, label: string, options: RateLimitPluginOptions = {}, serverOptions: FastifyServerOptions = {}): Promise<RedisApp> {
@@ -43,7 +44,7 @@ export async function setupRedisApp (t: Test, label: string, options: RateLimitP
   const redis = createClient(server)
   const prefix = uniquePrefix(label)
   const clock = new TestClock()
-  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, ...options }, serverOptions)
+  const app = await buildApp({ redis, prefix, clock: clock.read, ...options }, serverOptions)
   t.teardown(async () => {
     await app.close()
     const keys = await redis.keys(`${prefix}:*`)
@@ -51,4 +52,36 @@ export async function setupRedisApp (t: Test, label: string, options: RateLimitP
     redis.disconnect()
   })
   return { app, redis, prefix, clock }
+}
+
+/**
+ * An app on either store with a test clock: the memory store, or the shared
+ * test Redis under its own key prefix (deleted at teardown, never a flush).
+ * For tests that hold both stores to the same behaviour.
+ */
+export async function setupStoreApp (t: Test, store: 'redis' | 'memory', label: string, options: RateLimitPluginOptions = {}): Promise<{ app: FastifyInstance, clock: TestClock }> {
+  if (store === 'redis') {
+    const { app, clock } = await setupRedisApp(t, label, options)
+    return { app, clock }
+  }
+  const clock = new TestClock()
+  const app = await buildApp({ store: 'memory', clock: clock.read, ...options })
+  t.teardown(async () => { await app.close() })
+  return { app, clock }
+}
+
+/** A BlockRun as the block compiler would build it, for tests that drive the stores directly. */
+export function testRun (block: { algorithm: AlgorithmName, limit: number, windowMs: number, shadow: boolean, penalty?: Penalty }): BlockRun {
+  return {
+    algorithm: block.algorithm,
+    algorithmNumber: ALGORITHMS.indexOf(block.algorithm) + 1,
+    params: { limit: block.limit, windowMs: block.windowMs, burst: block.limit },
+    scriptArgs: [String(block.limit), String(block.windowMs), String(block.limit)],
+    shadow: block.shadow,
+    tier: undefined,
+    policyItem: '',
+    quota: block.limit,
+    windowSeconds: Math.ceil(block.windowMs / 1000),
+    penalty: block.penalty
+  }
 }

@@ -155,7 +155,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()
     if (options.printPolicies) fastify.log.info({ routes: summaries.length }, `rate limits:\n${policyTable(copySummaries())}`)
-    await store.warmUp()
+    await store.warmUp(fastify.log)
   })
 
   fastify.addHook('onClose', async () => {

@@ -103,6 +103,11 @@ export class RedisStore implements Store {
     this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
   }
 
+  /** The client, for what is not a decision (runtime overrides). */
+  get client (): Client {
+    return this.#client
+  }
+
   /** Whether the client is a Redis Cluster (every key of one call must share a slot). */
   get cluster (): boolean {
     return (this.#client as { isCluster?: boolean }).isCluster === true

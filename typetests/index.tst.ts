@@ -21,6 +21,7 @@ import rateLimit, {
   type PolicyBlockSummary,
   type PolicySummary,
   type RateLimitApi,
+  type RateLimitOverride,
   type RateLimitBlock,
   type RateLimitDecision,
   type RateLimitIdentity,
@@ -168,7 +169,7 @@ describe('decorations', () => {
       expect(request.rateLimit).type.toBe<RateLimitDecision | null>()
       if (request.rateLimit !== null) {
         expect(request.rateLimit.remaining).type.toBe<number>()
-        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
         expect(request.rateLimit.policies).type.toBe<RateLimitPolicyDecision[]>()
       }
       return 'ok'
@@ -184,6 +185,10 @@ describe('decorations', () => {
     expect(app.rateLimit.reset('GET /orders/:id', { apiKey: 'k' })).type.toBe<Promise<void>>()
     expect(app.rateLimit.consume).type.not.toBeCallableWith('email-send', { user: 1 })
     expect(app.rateLimit.peek).type.not.toBeCallableWith({ user: 'alice' })
+    expect(app.rateLimit.setOverride({ target: 'GET /orders/:id', identity: { user: 'alice' }, limit: 500, ttl: 'permanent', actor: 'ops', reason: 'incident' })).type.toBe<Promise<RateLimitOverride>>()
+    expect(app.rateLimit.setOverride).type.not.toBeCallableWith({ target: 'GET /orders/:id', limit: 500, ttl: 60_000 })
+    expect(app.rateLimit.listOverrides()).type.toBe<Promise<RateLimitOverride[]>>()
+    expect(app.rateLimit.clearOverride('id', { actor: 'ops', reason: 'over' })).type.toBe<Promise<boolean>>()
     expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
   })
 })
@@ -192,7 +197,7 @@ describe('every exported type', () => {
   test('names and unions', () => {
     expect<AlgorithmName>().type.toBe<'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra'>()
     expect(ALGORITHMS).type.toBe<readonly ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra']>()
-    expect<FailurePolicy>().type.toBe<'open' | 'closed'>()
+    expect<FailurePolicy>().type.toBe<'open' | 'closed' | 'local'>()
     expect<HeaderMode>().type.toBe<'ietf' | 'legacy' | 'both' | false>()
     expect<RateLimitMode>().type.toBe<'enforce' | 'shadow'>()
     expect<TieredCount>().type.toBeAssignableFrom<number>()
@@ -214,7 +219,7 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized'>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
   })
 
@@ -222,9 +227,9 @@ describe('every exported type', () => {
     expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
     expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
     expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
-    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
     expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
-    expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'bad-reply' | 'other'>()
+    expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'overloaded' | 'circuit-open' | 'bad-reply' | 'script-error' | 'other'>()
   })
 
   test('coded errors are constructors of FastifyError', () => {

@@ -3,8 +3,9 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import rateLimit from '../lib/index.js'
 import { OVERRIDE_POLL_MS } from '../lib/overrides.js'
 import { TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
-import { waitFor } from './helpers/topologies.js'
+import { Cluster, Redis } from 'ioredis'
+import { createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+import { startCluster, waitFor } from './helpers/topologies.js'
 
 /*
  * Runtime overrides across two instances: two Fastify apps on separate
@@ -132,4 +133,43 @@ test('the memory store keeps overrides in the process', async (t) => {
   clock.advance(1000)
   t.same(await app.rateLimit.listOverrides(), [], 'lapsed and pruned')
   t.equal(await app.rateLimit.clearOverride(record.id, { actor: 'a', reason: 'r' }), false, 'already gone')
+})
+
+test('on a Cluster: the overrides hash sits in one slot; the other instance applies it within the poll', async (t) => {
+  const cluster = await startCluster()
+  const clients: Cluster[] = []
+  t.teardown(async () => { for (const client of clients) client.disconnect(); await cluster.stop() })
+  const clock = new TestClock()
+  const apps: FastifyInstance[] = []
+  for (let i = 0; i < 2; i++) {
+    const client = new Cluster(cluster.startupNodes, { enableOfflineQueue: false, redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 } })
+    client.on('error', () => {})
+    clients.push(client)
+    const app = Fastify()
+    await app.register(rateLimit, { redis: client, prefix: 'ovc', clock: clock.read, timeout: 5000 })
+    app.get('/orders', { config: { rateLimit: { limit: 3, window: '1m' } } }, async () => 'ok')
+    await app.ready()
+    t.teardown(async () => { await app.close() })
+    apps.push(app)
+  }
+  const [a, b] = apps as [FastifyInstance, FastifyInstance]
+  await a.rateLimit.setOverride({ target: 'GET /orders', identity: { ip: '203.0.113.9' }, limit: 7, ttl: 60_000, actor: 'ops', reason: 'cluster' })
+  await waitFor('B applies it', async () => (await b.rateLimit.peek('GET /orders', { ip: '203.0.113.9' })).limit === 7, OVERRIDE_POLL_MS + 2000, 20)
+  t.same(await hit(b, '203.0.113.9'), { status: 200, policy: '"get-orders";q=7;w=60' }, 'the decision (another slot) runs at the override')
+  t.same(await hit(b, '203.0.113.10'), { status: 200, policy: '"get-orders";q=3;w=60' })
+})
+
+test('a Redis that cannot be read: ready() still resolves, a failed poll is one debug line, listOverrides and setOverride reject', async (t) => {
+  const client = new Redis({ host: '127.0.0.1', port: await freePort(), lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => 1000 })
+  client.on('error', () => {})
+  const lines: Line[] = []
+  const app = Fastify({ logger: { level: 'debug', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  await app.register(rateLimit, { redis: client, prefix: uniquePrefix('ov') })
+  app.get('/', { config: { rateLimit: { limit: 3, window: '1m' } } }, async () => 'ok')
+  t.teardown(async () => { await app.close(); client.disconnect() })
+  await app.ready()
+  await waitFor('the failed poll is logged', () => lines.some((line) => line.msg === 'rate limit overrides not read; keeping the last known'), 2000)
+  t.equal(lines.find((line) => line.msg === 'rate limit overrides not read; keeping the last known')?.level, 20, 'at debug')
+  await t.rejects(app.rateLimit.listOverrides(), 'listing needs the store')
+  await t.rejects(app.rateLimit.setOverride({ target: 'GET /', limit: 5, ttl: 1000, actor: 'a', reason: 'r' }), 'so does setting')
 })

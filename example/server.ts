@@ -16,6 +16,10 @@
  *   curl -i -X POST 'http://127.0.0.1:3000/admin/reset?user=alice'
  *   curl -i http://127.0.0.1:3000/exports?fail=1                 refundOn: a 500 gives its 5 units back
  *   (login 8 times with the same username)                      penalty: the 3rd refusal locks it out for 1 h (Retry-After: 3600)
+ *   curl -i -X POST 'http://127.0.0.1:3000/admin/override?user=alice&limit=500&ttl=600000&reason=INC-42' -H 'x-admin: ops-alice'
+ *                                                               runtime override: alice gets 500/min on /orders for 10 min, fleet-wide
+ *   curl -i http://127.0.0.1:3000/admin/overrides -H 'x-admin: ops-alice'
+ *   curl -i -X DELETE 'http://127.0.0.1:3000/admin/override?id=<id>&reason=done' -H 'x-admin: ops-alice'
  * Every route also counts toward a fleet-wide 600/min per caller in shadow
  * mode (recorded, never enforced), the startup log prints the policy table,
  * and GET / shows the decisions seen on node:diagnostics_channel.
@@ -136,6 +140,36 @@ app.get('/admin/peek', { config: { rateLimit: false } }, async (req) => {
 app.post('/admin/reset', { config: { rateLimit: false } }, async (req) => {
   await app.rateLimit.reset('GET /orders/:id', { user: (req.query as { user?: string }).user ?? '', ip: req.ip })
   return { reset: true }
+})
+
+// Admin: runtime overrides of the orders limit, fleet-wide (every instance within 1 s), logged with who
+// and why. The x-admin header stands in for real operator authentication: never expose these routes.
+const adminOf = (req: FastifyRequest) => {
+  const admin = req.headers['x-admin']
+  return typeof admin === 'string' && admin !== '' ? admin : undefined
+}
+app.post('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
+  const actor = adminOf(req)
+  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+  const query = req.query as { user?: string, limit?: string, ttl?: string, reason?: string }
+  return await app.rateLimit.setOverride({
+    target: 'GET /orders/:id',
+    identity: query.user === undefined ? undefined : { user: query.user },
+    limit: Number(query.limit),
+    ttl: query.ttl === 'permanent' ? 'permanent' : Number(query.ttl ?? 600_000),
+    actor,
+    reason: query.reason ?? ''
+  })
+})
+app.get('/admin/overrides', { config: { rateLimit: false } }, async (req, reply) => {
+  if (adminOf(req) === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+  return await app.rateLimit.listOverrides()
+})
+app.delete('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
+  const actor = adminOf(req)
+  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+  const query = req.query as { id?: string, reason?: string }
+  return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor, reason: query.reason ?? '' }) }
 })
 
 // Health: explicitly unlimited.

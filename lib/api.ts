@@ -1,10 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from './decide.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from './errors.js'
-import { assembleKeys } from './keys.js'
+import { assembleKeys, blockId } from './keys.js'
+import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
-import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity } from './types.js'
-import { isCost, MAX_COST, shown } from './validate.js'
+import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity, RateLimitOverride, RateLimitOverrideInput } from './types.js'
+import { isCost, isCount, MAX_COST, shown } from './validate.js'
+import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from './algorithm-types.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -75,19 +77,90 @@ function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): string[]
   return assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
 }
 
-/** The decision input for an API call: the caller's keys under the target's runs for its tier. */
-function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number): DecisionInput {
-  const runs = runsForTier(policy, identity.tier)
-  return { policy, runs, keys: apiKeys(policy, identity), costs: runs.map(() => units) }
+/** The decision input for an API call: the caller's keys under the target's runs for its tier (and overrides). */
+function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number, overrides: Overrides): DecisionInput {
+  const keys = apiKeys(policy, identity)
+  const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
+  return { policy, runs, keys, costs: runs.map(() => units) }
 }
 
-export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[]): RateLimitApi {
+/** The block an override names: a block by name, else the route's (or policy's) one block of its own. */
+function overrideBlock (policy: CompiledPolicy, target: string): number {
+  const named = policy.blocks.findIndex((block) => block.name === target)
+  if (named !== -1) return named
+  const own = policy.blocks.filter((block) => !block.global)
+  if (own.length === 1) return policy.blocks.indexOf(own[0] as CompiledBlock)
+  throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
+}
+
+function changeText (value: unknown, field: string, method: string): string {
+  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
+  return value
+}
+
+/** What a listing shows of the caller: its kinds, with the ip and user values; secrets and free text never. */
+function shownIdentity (identity: RateLimitIdentity): Record<string, string> {
+  const shownFields: Record<string, string> = {}
+  for (const [field, value] of Object.entries(identity)) {
+    if (value === undefined) continue
+    shownFields[field] = field === 'ip' || field === 'user' || field === 'tier' ? String(value) : '(given)'
+  }
+  return shownFields
+}
+
+function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput, now: number): RateLimitOverride {
+  const method = 'setOverride'
+  if (input === null || typeof input !== 'object') throw new FST_RRL_INVALID_API_CALL(method, 'takes { target, limit, ttl, actor, reason, identity? }')
+  const policy = registry.find(input.target, method)
+  const index = overrideBlock(policy, input.target)
+  const block = policy.blocks[index] as CompiledBlock
+  const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  if (!isCount(input.limit, max)) throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
+  const ttl = input.ttl
+  if (ttl !== 'permanent' && !(Number.isSafeInteger(ttl) && ttl > 0)) throw new FST_RRL_INVALID_API_CALL(method, `ttl must be a positive number of milliseconds or 'permanent' (got ${shown(ttl)})`)
+  const actor = changeText(input.actor, 'actor', method)
+  const reason = changeText(input.reason, 'reason', method)
+  const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
+  const id = blockId(policy, index)
   return {
-    policies: summaries,
+    id: identity === undefined ? id : apiKeys(policy, identity)[index] as string,
+    blockId: id,
+    block: block.name,
+    route: block.global ? '*' : policy.route,
+    identity: identity === undefined ? null : shownIdentity(identity),
+    limit: input.limit,
+    expiresAt: ttl === 'permanent' ? null : now + ttl,
+    actor,
+    reason,
+    setAt: now
+  }
+}
+
+/** policies() with the overrides in force: a block's own, and how many callers have one. */
+function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, overrides: Overrides): PolicySummary[] {
+  const current = overrides.current()
+  if (current.length === 0) return summaries
+  for (const summary of summaries) {
+    if (summary.limits.length === 0) continue
+    const policy = registry.find(`${summary.method.split(',')[0] as string} ${summary.url}`, 'policies')
+    summary.limits.forEach((limit, index) => {
+      const id = blockId(policy, index)
+      const own = current.find((record) => record.id === id)
+      if (own !== undefined) limit.override = own
+      const callers = current.filter((record) => record.blockId === id && record.id !== id).length
+      if (callers > 0) limit.identityOverrides = callers
+    })
+  }
+  return summaries
+}
+
+export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[], overrides: Overrides): RateLimitApi {
+  return {
+    policies: () => withOverrides(summaries(), registry, overrides),
     stats: () => ({ ...runtime.stats }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
-      return await peek(apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek')), runtime)
+      return await peek(apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
     },
     async reset (target, identity) {
       const policy = registry.find(target, 'reset')
@@ -99,8 +172,22 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
-      const input = apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'))
+      const input = apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
+    },
+    async setOverride (input) {
+      const record = overrideRecord(registry, input, runtime.clock())
+      await overrides.set(record)
+      return { ...record }
+    },
+    async listOverrides () {
+      await overrides.refresh()
+      return overrides.current()
+    },
+    async clearOverride (id, change) {
+      if (typeof id !== 'string') throw new FST_RRL_INVALID_API_CALL('clearOverride', `the id must be a string (got ${typeof id})`)
+      const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
+      return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
     }
   }
 }

@@ -96,6 +96,17 @@ export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
   message: 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see the README, Security)'
 })
 
+/**
+ * Warning at ready() (once per process): Redis may evict limiter keys before
+ * their TTL (every key of ours has one, so allkeys-* and volatile-* both can),
+ * which silently resets callers' counts. %s lists the nodes and their policies.
+ */
+export const FST_RRL_EVICTION_POLICY = processWarning.createWarning({
+  name: 'FastifyRedisRateLimitWarning',
+  code: 'FST_RRL_EVICTION_POLICY',
+  message: 'Redis can evict rate limiter keys before their TTL, which silently resets callers\' counts: %s. Set maxmemory-policy noeviction on a Redis that holds limiter keys (see the README, Operations: eviction)'
+})
+
 /** Programmatic API (fastify.rateLimit.peek/reset/consume): thrown to the caller, never to a client. */
 export const FST_RRL_UNKNOWN_POLICY = createError(
   'FST_RRL_UNKNOWN_POLICY',

@@ -97,7 +97,8 @@ function policyValue (policy: HeaderSource, runs: readonly BlockRun[], decisions
   for (let i = 0; i < runs.length; i++) {
     if (decisions[i] === undefined && !(runs[i] as BlockRun).shadow) return policyHeaderValue(runs.filter((_, j) => decisions[j] !== undefined))
   }
-  return policy.policyHeaders.get(runs) ?? ''
+  // A run list made by a runtime override is not precompiled: join its runs' precompiled items.
+  return policy.policyHeaders.get(runs) ?? policyHeaderValue(runs)
 }
 
 const writeIetf: HeaderWriter = (reply, policy, runs, decisions, costs, rejected) => {

@@ -12,6 +12,8 @@ import { BurstLogger, OncePerWindow } from './log-throttle.js'
 import { MemoryStore } from './memory-store.js'
 import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
+import { Overrides } from './overrides.js'
+import { overridesKey } from './keys.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
 import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
@@ -104,7 +106,8 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
     local: undefined,
-    maxKeys: options.maxKeys
+    maxKeys: options.maxKeys,
+    overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log)
   }
   const summaries: PolicySummary[] = []
   const seen: RouteEntry[] = []
@@ -155,11 +158,13 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()
     if (options.printPolicies) fastify.log.info({ routes: summaries.length }, `rate limits:\n${policyTable(copySummaries())}`)
-    await store.warmUp()
+    await store.warmUp(fastify.log)
+    runtime.overrides.start()
   })
 
   fastify.addHook('onClose', async () => {
     store.close()
+    runtime.overrides.close()
     runtime.local?.close()
     runtime.metrics?.close()
   })
@@ -168,7 +173,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     const limits = summary.limits.map((block) => ({ ...block, by: [...block.by], tiers: block.tiers === undefined ? undefined : structuredClone(block.tiers) }))
     return { ...summary, limit: limits[0] ?? false, limits }
   })
-  fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries))
+  fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries, runtime.overrides))
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

@@ -152,3 +152,17 @@ export function assembleKeys (layout: KeyLayout, identities: readonly string[]):
   for (let i = 0; i < keyHeads.length; i++) keys[i] = (keyHeads[i] as string) + (identities[identityOf[i] as number] as string) + (keyTails[i] as string)
   return keys
 }
+
+/**
+ * Block i's id for runtime overrides: its key with `*` as the identity. No
+ * identity value is ever `*` (IPs, base64url hashes, labels), so it names the
+ * block and no caller; a global block's id is the same on every route.
+ */
+export function blockId (layout: KeyLayout, index: number): string {
+  return (layout.keyHeads[index] as string) + '*' + (layout.keyTails[index] as string)
+}
+
+/** The one hash of runtime overrides per prefix (outside any hash tag: one slot, read by every instance). */
+export function overridesKey (prefix: string): string {
+  return `${prefix}:overrides`
+}

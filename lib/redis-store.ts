@@ -1,10 +1,10 @@
 import type { Cluster, Redis } from 'ioredis'
 import type { RawDecision } from './algorithm-types.js'
-import { FST_RRL_REDIS_UNAVAILABLE } from './errors.js'
+import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from './errors.js'
 import { Dispatcher, type DispatchOptions } from './redis-dispatch.js'
 import { multiRefundMode, SCRIPT_MODE } from './script-modes.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
-import { penaltyKey, type BlockRun, type DecideMode, type Store } from './store.js'
+import { penaltyKey, type BlockRun, type DebugLog, type DecideMode, type Store } from './store.js'
 
 /*
  * The Redis store: every decision, peek and refund goes through the
@@ -53,6 +53,45 @@ function keysWithPenalties (runs: readonly BlockRun[], keys: readonly string[]):
   return all ?? keys
 }
 
+/**
+ * Whether keys that carry a TTL (all of ours) can be evicted before it runs
+ * out: every allkeys-* and volatile-* policy, once maxmemory is reached.
+ * `noeviction` refuses writes instead (OOM, so onRedisError decides), and
+ * `maxmemory 0` sets no limit, so nothing is evicted.
+ */
+export function evictsLimiterKeys (maxmemory: string, policy: string): boolean {
+  return maxmemory !== '0' && (policy.startsWith('allkeys-') || policy.startsWith('volatile-'))
+}
+
+/** `CONFIG GET maxmemory maxmemory-policy` as a map (the reply is a flat name, value list). */
+async function memoryConfig (node: Redis): Promise<Map<string, string>> {
+  const reply = await node.call('CONFIG', 'GET', 'maxmemory', 'maxmemory-policy') as unknown[]
+  const config = new Map<string, string>()
+  for (let i = 0; i + 1 < reply.length; i += 2) config.set(String(reply[i]), String(reply[i + 1]))
+  return config
+}
+
+/**
+ * Reads each master's eviction settings and warns once (FST_RRL_EVICTION_POLICY)
+ * when any can evict limiter keys early. A CONFIG refused (managed Redis that
+ * renames it, an ACL without @admin) is not an error: a debug line, no warning.
+ */
+async function checkEviction (masters: readonly Redis[], log: DebugLog | undefined): Promise<void> {
+  const risky: string[] = []
+  await Promise.all(masters.map(async (node) => {
+    const address = `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`
+    try {
+      const config = await memoryConfig(node)
+      const maxmemory = config.get('maxmemory') ?? '0'
+      const policy = config.get('maxmemory-policy') ?? 'noeviction'
+      if (evictsLimiterKeys(maxmemory, policy)) risky.push(`${address} has maxmemory-policy ${policy} with maxmemory ${maxmemory}`)
+    } catch (error) {
+      log?.debug({ node: address, cause: (error as Error).message }, 'rate limit: cannot read maxmemory-policy (CONFIG refused), eviction not checked')
+    }
+  }))
+  if (risky.length > 0) FST_RRL_EVICTION_POLICY(risky.sort().join('; '))
+}
+
 export class RedisStore implements Store {
   readonly #client: Client
   readonly #script: LoadedScript
@@ -62,6 +101,11 @@ export class RedisStore implements Store {
     this.#client = client
     this.#script = buildBatchScript()
     this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
+  }
+
+  /** The client, for what is not a decision (runtime overrides). */
+  get client (): Client {
+    return this.#client
   }
 
   /** Whether the client is a Redis Cluster (every key of one call must share a slot). */
@@ -105,8 +149,9 @@ export class RedisStore implements Store {
    * that is not ready, so it would otherwise never connect. Redis being absent
    * does not fail ready(): requests then follow onRedisError until the client
    * connects by itself, and NOSCRIPT reloads the script where the load missed.
+   * In the same bounded wait, each master's maxmemory-policy is read (see checkEviction).
    */
-  async warmUp (maxWaitMs = WARM_UP_MS): Promise<void> {
+  async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
     const client = this.#client
     let timer: NodeJS.Timeout | undefined
     const expired = new Promise<void>((resolve) => { timer = setTimeout(resolve, maxWaitMs) })
@@ -120,7 +165,8 @@ export class RedisStore implements Store {
       if (client.status !== 'ready') return
       const masters: Redis[] = this.cluster ? (client as Cluster).nodes('master') : [client as Redis]
       const source = this.#script.source
-      await Promise.race([expired, Promise.all(masters.map(async (node) => { await node.script('LOAD', source) })).catch(() => {})])
+      const loaded = Promise.all(masters.map(async (node) => { await node.script('LOAD', source) })).catch(() => {})
+      await Promise.race([expired, Promise.all([loaded, checkEviction(masters, log)])])
     } finally {
       clearTimeout(timer)
     }

@@ -4,6 +4,7 @@ import { evaluate, type Runtime } from './decide.js'
 import { FST_RRL_INVALID_COST } from './errors.js'
 import type { HeaderWriter } from './headers.js'
 import { assembleKeys } from './keys.js'
+import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
 import { sendQuotaExceeded, sendUnavailable } from './replies.js'
 import type { BlockRun } from './store.js'
@@ -18,6 +19,8 @@ import { isCost } from './validate.js'
 /** The decision runtime plus the header writer chosen for the plugin's `headers` option. */
 export interface RouteRuntime extends Runtime {
   writeHeaders: HeaderWriter
+  /** Runtime overrides of block limits (fastify.rateLimit.setOverride). */
+  overrides: Overrides
 }
 
 function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
@@ -127,8 +130,8 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   const route = policy.route
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const runs = runsForTier(policy, requestTier(policy, request, runtime))
     const keys = requestKeys(policy, request)
+    const runs = runtime.overrides.apply(policy, runsForTier(policy, requestTier(policy, request, runtime)), keys)
     const costs = requestCosts(policy, request, runtime)
     const evaluation = await evaluate({ policy, runs, keys, costs }, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision

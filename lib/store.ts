@@ -56,6 +56,11 @@ export function penaltyKey (key: string): string {
  */
 export type DecideMode = 'charge' | 'peek'
 
+/** The one logger method a store uses at startup (Fastify's logger fits). */
+export interface DebugLog {
+  debug: (object: object, message: string) => void
+}
+
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
@@ -73,7 +78,7 @@ export interface Store {
   refund: (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number) => Promise<boolean[]>
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
-  /** Called at app.ready(): gives a connecting client a bounded moment to become ready. */
-  warmUp: () => Promise<void>
+  /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */
+  warmUp: (log?: DebugLog) => Promise<void>
   close: () => void
 }

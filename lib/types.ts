@@ -206,6 +206,10 @@ export interface PolicyBlockSummary {
   /** Per tier name: its limit and burst (undefined without tiers). */
   tiers: Record<string, { limit: number, burst: number }> | undefined
   refunds: boolean
+  /** The runtime override of `limit` for every caller (see `setOverride`), when one is in force. */
+  override?: RateLimitOverride
+  /** How many callers have an override of their own for this block. */
+  identityOverrides?: number
 }
 
 /** One route's effective limit, as listed by `fastify.rateLimit.policies()`. */
@@ -249,6 +253,42 @@ export interface RateLimitStats {
   penalized: number
 }
 
+/** What `setOverride` takes. */
+export interface RateLimitOverrideInput {
+  /** A block: its name, a named policy, or a route (`'GET /orders/:id'`) with one block of its own. */
+  target: string
+  /** Only this caller (the values its `by` parts read); omitted: every caller of the block. */
+  identity?: RateLimitIdentity
+  /** The limit to apply instead of the block's (burst follows where it equals the limit). */
+  limit: number
+  /** Milliseconds until the override lapses, or `'permanent'`. */
+  ttl: number | 'permanent'
+  /** Who makes the change (logged and stored). */
+  actor: string
+  /** Why (logged and stored). */
+  reason: string
+}
+
+/** One override in force, as `listOverrides()` and `policies()` show it. */
+export interface RateLimitOverride {
+  /** The override's id (the caller's key for one caller; the block's id for every caller); `clearOverride` takes it. */
+  id: string
+  /** The block's id: its key with `*` in place of the caller. */
+  blockId: string
+  /** The block's name and its route (or `api <name>`, `*` for a global block). */
+  block: string
+  route: string
+  /** Which caller: the identity fields given, with the ip, user and tier values (others shown as `(given)`); null for every caller. */
+  identity: Record<string, string> | null
+  limit: number
+  /** Plugin-clock ms when it lapses; null when permanent. */
+  expiresAt: number | null
+  actor: string
+  reason: string
+  /** Plugin-clock ms when it was set. */
+  setAt: number
+}
+
 export interface RateLimitApi {
   /** Every route the plugin has seen, with its effective limit. */
   policies: () => PolicySummary[]
@@ -267,6 +307,15 @@ export interface RateLimitApi {
    * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
    */
   consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /**
+   * Overrides a block's `limit` fleet-wide (stored in Redis; every instance
+   * applies it within its next poll), for every caller or one. Logged.
+   */
+  setOverride: (input: RateLimitOverrideInput) => Promise<RateLimitOverride>
+  /** Every override in force, read from the store now. */
+  listOverrides: () => Promise<RateLimitOverride[]>
+  /** Removes an override by id; false when there was none. Logged. */
+  clearOverride: (id: string, change: { actor: string, reason: string }) => Promise<boolean>
 }
 
 declare module 'fastify' {

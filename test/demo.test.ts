@@ -68,6 +68,19 @@ for (const withRedis of [false, true]) {
     }
     t.equal(retries[1], '3600', 'login: the third refusal starts a one-hour penalty')
 
+    // A runtime override for one user (unique, short-lived, cleared: the shared Redis's 'demo' prefix sees it).
+    const vip = `vip-${Date.now()}`
+    const admin = { 'x-admin': 'ops-test' }
+    t.equal((await call(demo.base, `/admin/override?user=${vip}&limit=500&ttl=60000&reason=test`, { method: 'POST' })).status, 401, 'overrides need the admin header')
+    const set = await call(demo.base, `/admin/override?user=${vip}&limit=500&ttl=60000&reason=test`, { method: 'POST', headers: admin })
+    t.equal(set.status, 200)
+    const record = JSON.parse(set.text) as { id: string, actor: string, limit: number }
+    t.match(record, { actor: 'ops-test', limit: 500 })
+    t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=500;w=60', 'the override is in the header')
+    t.ok(JSON.parse((await call(demo.base, '/admin/overrides', { headers: admin })).text).some((listed: { id: string }) => listed.id === record.id), 'listed')
+    t.same(JSON.parse((await call(demo.base, `/admin/override?id=${encodeURIComponent(record.id)}&reason=done`, { method: 'DELETE', headers: admin })).text), { cleared: true })
+    t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=100;w=60', 'cleared')
+
     const index = await call(demo.base, '/')
     t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')
   })

@@ -21,6 +21,7 @@ import rateLimit, {
   type PolicyBlockSummary,
   type PolicySummary,
   type RateLimitApi,
+  type RateLimitOverride,
   type RateLimitBlock,
   type RateLimitDecision,
   type RateLimitIdentity,
@@ -198,6 +199,10 @@ describe('decorations', () => {
     expect(app.rateLimit.reset('GET /orders/:id', { apiKey: 'k' })).type.toBe<Promise<void>>()
     expect(app.rateLimit.consume).type.not.toBeCallableWith('email-send', { user: 1 })
     expect(app.rateLimit.peek).type.not.toBeCallableWith({ user: 'alice' })
+    expect(app.rateLimit.setOverride({ target: 'GET /orders/:id', identity: { user: 'alice' }, limit: 500, ttl: 'permanent', actor: 'ops', reason: 'incident' })).type.toBe<Promise<RateLimitOverride>>()
+    expect(app.rateLimit.setOverride).type.not.toBeCallableWith({ target: 'GET /orders/:id', limit: 500, ttl: 60_000 })
+    expect(app.rateLimit.listOverrides()).type.toBe<Promise<RateLimitOverride[]>>()
+    expect(app.rateLimit.clearOverride('id', { actor: 'ops', reason: 'over' })).type.toBe<Promise<boolean>>()
     expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
   })
 })

@@ -70,15 +70,15 @@ function apiCost (cost: unknown, method: string): number {
   return cost
 }
 
-/** The keys the target's blocks use for this caller: the same assembler as the route hook's. */
-function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): string[] {
-  return assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
+/** The keys the target's blocks use for this caller: the same assembler as the route hook's (async function parts awaited, bounded). */
+async function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): Promise<string[]> {
+  return assembleKeys(policy, await Promise.all(policy.identities.map((compiled) => compiled.resolveInput(identity))))
 }
 
 /** The decision input for an API call: the caller's keys under the target's runs for its tier. */
-function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number): DecisionInput {
+async function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number): Promise<DecisionInput> {
   const runs = runsForTier(policy, identity.tier)
-  return { policy, runs, keys: apiKeys(policy, identity), costs: runs.map(() => units) }
+  return { policy, runs, keys: await apiKeys(policy, identity), costs: runs.map(() => units) }
 }
 
 export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[]): RateLimitApi {
@@ -87,11 +87,11 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     stats: () => ({ ...runtime.stats }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
-      return await peek(apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek')), runtime)
+      return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek')), runtime)
     },
     async reset (target, identity) {
       const policy = registry.find(target, 'reset')
-      const keys = apiKeys(policy, identityInput(identity, 'reset'))
+      const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
       for (const key of own) runtime.denyCache?.delete(key)
@@ -99,7 +99,7 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
-      const input = apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'))
+      const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'))
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
     }
   }

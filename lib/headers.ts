@@ -67,7 +67,8 @@ function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<Raw
 }
 
 const writeIetf: HeaderWriter = (reply, policy, runs, decisions, costs, rejected) => {
-  const policyHeader = policy.policyHeaders.get(runs) ?? ''
+  // A run list made for one request (requestLimit) is not precomputed: rendered here.
+  const policyHeader = policy.policyHeaders.get(runs) ?? policyHeaderValue(runs)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
   const value = rateLimitValue(runs, decisions, costs, rejected, policy)

@@ -93,9 +93,11 @@ function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: 
     : tierOf(settled, request, runtime, policy.route)
 }
 
-/** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`, logged). */
+/** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
 function limitOf (settled: Settled, block: CompiledBlock, request: FastifyRequest, runtime: RouteRuntime, route: string): number | undefined {
   if (settled.ok && isCount(settled.value, block.maxLimit)) return settled.value
+  // undefined / null: no limit of its own for this request (not an error).
+  if (settled.ok && (settled.value === undefined || settled.value === null)) return undefined
   reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, settled, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
   return undefined
 }

@@ -62,12 +62,12 @@ export interface RateLimitBlock {
    */
   hook?: RateLimitHook
   /**
-   * This request's limit, e.g. from a database: `(request) => number | Promise<number>`.
+   * This request's limit, e.g. from a database: `(request) => number | Promise<number>` (`undefined` keeps `limit`).
    * Awaited at most `identityTimeout` ms; a rejection, an overrun or a value that
    * is not an integer from 1 to the algorithm's maximum falls back to `limit`
    * (logged once per burst). `burst` stays as declared, else follows the returned limit.
    */
-  requestLimit?: (request: FastifyRequest) => number | Promise<number>
+  requestLimit?: (request: FastifyRequest) => number | undefined | Promise<number | undefined>
 }
 
 /** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */

@@ -52,10 +52,11 @@ function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime:
 }
 
 /** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
-function failure (settled: Settled | { ok: true, value: unknown }): string {
+function failure (settled: Settled): string {
   if (settled.ok) {
     const value = settled.value
-    return `returned ${typeof value === 'number' ? String(value) : value === null ? 'null' : `a value of type ${typeof value}`}`
+    // null and undefined mean "none" and are not reported; numbers are shown (they are not secrets).
+    return `returned ${typeof value === 'number' ? String(value) : `a value of type ${typeof value}`}`
   }
   const error = settled.error
   return error instanceof Error ? `failed (${error.message})` : `failed (threw or rejected with a ${typeof error})`

@@ -8,6 +8,10 @@
  *   curl -i http://127.0.0.1:3000/login -H 'content-type: application/json' -d '{"username":"alice"}'
  *   curl -i http://127.0.0.1:3000/health
  *
+ * Signed in (a JWT from @fastify/jwt, checked in a preHandler; the limit runs after it, per user):
+ *   TOKEN=$(curl -s -X POST 'http://127.0.0.1:3000/token?user=alice')   a demo token (plain text)
+ *   curl -i http://127.0.0.1:3000/me -H "authorization: Bearer $TOKEN"   5 per minute per user (hook: 'preHandler')
+ *
  * Beyond the basics:
  *   curl -i http://127.0.0.1:3000/reports                       two limits at once (5/s and 100/h), all-or-nothing
  *   curl -i http://127.0.0.1:3000/feed -H 'x-plan: pro'          tiers: 30/min by default, 300/min on pro
@@ -26,8 +30,16 @@
  */
 import diagnostics from 'node:diagnostics_channel'
 import Fastify, { type FastifyRequest } from 'fastify'
+import fastifyJwt from '@fastify/jwt'
 import fastifyRedis from '@fastify/redis'
 import rateLimit, { CHANNELS, type DecisionMessage } from '../lib/index.js'
+
+declare module '@fastify/jwt' {
+  interface FastifyJWT {
+    payload: { sub: string }
+    user: { sub: string }
+  }
+}
 
 const redisUrl = process.env.REDIS_URL
 const port = Number(process.env.PORT ?? 3000)
@@ -50,6 +62,9 @@ if (redisUrl !== undefined && redisUrl !== '') {
   })
 }
 
+// Signed-in callers carry a JWT (see /token and /me); the secret is a demo's, set JWT_SECRET in a real service.
+await app.register(fastifyJwt, { secret: process.env.JWT_SECRET ?? 'demo-only-secret-do-not-use-in-production' })
+
 // A stand-in for real authentication: it runs before the limiter's hook.
 const DEMO_KEYS = new Set(['demo-key-1', 'demo-key-2'])
 const userOf = (req: FastifyRequest) => req.headers['x-user-id'] as string | undefined
@@ -64,7 +79,8 @@ await app.register(rateLimit, {
   onRedisError: 'open',
   timeout: 50,
   headers: 'ietf',
-  user: userOf,
+  // The verified token's subject where a route checked one (/me), else the demo's x-user-id header.
+  user: (req) => req.user?.sub ?? userOf(req),
   apiKey: validApiKey,
   // Fleet-wide, per caller, on every limited route, in the same script call as the route's own
   // limits. In shadow mode while it is being tried out: recorded, never enforced, not advertised.
@@ -171,6 +187,19 @@ app.delete('/admin/override', { config: { rateLimit: false } }, async (req, repl
   const query = req.query as { id?: string, reason?: string }
   return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor, reason: query.reason ?? '' }) }
 })
+
+// Token: a demo sign-in without a password, so /me can be tried with curl (limited per IP like any anonymous route).
+app.post('/token', {
+  config: { rateLimit: { limit: 10, window: '1m', by: 'ip', name: 'token' } }
+}, async (req, reply) => await reply.type('text/plain').send(app.jwt.sign({ sub: (req.query as { user?: string }).user ?? 'alice' })))
+
+// Me: authenticated in a preHandler (where @fastify/auth and many apps authenticate). With the
+// decision in that stage too, after the route's own preHandler, each user gets a bucket of their
+// own; in onRequest (the default) it would see no user yet and pool everyone on one address.
+app.get('/me', {
+  preHandler: async (req) => { await req.jwtVerify() },
+  config: { rateLimit: { limit: 5, window: '1m', by: 'user', hook: 'preHandler', name: 'me' } }
+}, async (req) => ({ user: req.user.sub, remaining: req.rateLimit?.remaining }))
 
 // Health: explicitly unlimited.
 app.get('/health', { config: { rateLimit: false } }, async () => ({ status: 'ok' }))

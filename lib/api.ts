@@ -72,14 +72,14 @@ function apiCost (cost: unknown, method: string): number {
   return cost
 }
 
-/** The keys the target's blocks use for this caller: the same assembler as the route hook's. */
-function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): string[] {
-  return assembleKeys(policy, policy.identities.map((compiled) => compiled.resolveInput(identity)))
+/** The keys the target's blocks use for this caller: the same assembler as the route hook's (async function parts awaited, bounded). */
+async function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): Promise<string[]> {
+  return assembleKeys(policy, await Promise.all(policy.identities.map((compiled) => compiled.resolveInput(identity))))
 }
 
 /** The decision input for an API call: the caller's keys under the target's runs for its tier (and overrides). */
-function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number, overrides: Overrides): DecisionInput {
-  const keys = apiKeys(policy, identity)
+async function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number, overrides: Overrides): Promise<DecisionInput> {
+  const keys = await apiKeys(policy, identity)
   const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
   return { policy, runs, keys, costs: runs.map(() => units) }
 }
@@ -108,7 +108,7 @@ function shownIdentity (identity: RateLimitIdentity): Record<string, string> {
   return shownFields
 }
 
-function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput, now: number): RateLimitOverride {
+async function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput, now: number): Promise<RateLimitOverride> {
   const method = 'setOverride'
   if (input === null || typeof input !== 'object') throw new FST_RRL_INVALID_API_CALL(method, 'takes { target, limit, ttl, actor, reason, identity? }')
   const policy = registry.find(input.target, method)
@@ -123,7 +123,7 @@ function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
   return {
-    id: identity === undefined ? id : apiKeys(policy, identity)[index] as string,
+    id: identity === undefined ? id : (await apiKeys(policy, identity))[index] as string,
     blockId: id,
     block: block.name,
     route: block.global ? '*' : policy.route,
@@ -160,11 +160,11 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     stats: () => ({ ...runtime.stats }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
-      return await peek(apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
+      return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
     },
     async reset (target, identity) {
       const policy = registry.find(target, 'reset')
-      const keys = apiKeys(policy, identityInput(identity, 'reset'))
+      const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
       for (const key of own) runtime.denyCache?.delete(key)
@@ -172,11 +172,11 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
-      const input = apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
+      const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
     },
     async setOverride (input) {
-      const record = overrideRecord(registry, input, runtime.clock())
+      const record = await overrideRecord(registry, input, runtime.clock())
       await overrides.set(record)
       return { ...record }
     },

@@ -7,8 +7,8 @@ import { headerQuota, policyItem, sfString } from './headers.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
 import { keyMethod, keySuffix } from './keys.js'
 import type { BlockRun, Penalty } from './store.js'
-import type { FailurePolicy, RateLimitBlock, RateLimitMode } from './types.js'
-import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode } from './types.js'
+import { choiceProblem, FAILURE_POLICIES, HOOKS, isCount, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /*
  * One block: validated and compiled once, at onRoute (or at register for
@@ -19,7 +19,7 @@ import { choiceProblem, FAILURE_POLICIES, isCount, isPolicyName, MODES, POLICY_N
  */
 
 /** The fields a block may have (the README documents each; test/readme.test.ts checks). */
-export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit'])
+export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit'])
 /** Policy names are at most this long (validate.ts); a derived one is cut to fit. */
 const MAX_NAME_LENGTH = 64
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
@@ -49,6 +49,14 @@ export interface CompiledBlock {
   bySpec: RateLimitBlock['by']
   by: string[]
   global: boolean
+  /** The stage the block names (`hook`), or undefined for the plugin's. */
+  hook: RateLimitHook | undefined
+  /** `requestLimit`: this request's limit, sync or async; undefined when the block has none. */
+  requestLimit: ((request: FastifyRequest) => unknown) | undefined
+  /** The largest limit the algorithm takes (a `requestLimit` result above it falls back). */
+  maxLimit: number
+  /** `run` with another limit (a requestLimit result): burst follows it unless declared; the local share too. */
+  withLimit: (run: BlockRun, limit: number) => BlockRun
   /** Where it was declared, for errors: `GET /x`, `GET /x rateLimit[1]`, `globalLimits[0]`. */
   origin: string
 }
@@ -61,6 +69,8 @@ export interface CompileContext extends IdentityContext {
   cluster: boolean
   /** Instances sharing the limits (plugin option), for onRedisError 'local'. */
   fleetSize?: number
+  /** The plugin option `hook`; default 'onRequest'. */
+  hook?: RateLimitHook
 }
 
 /**
@@ -234,11 +244,16 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${shown(input.localLimit)})`)
   const localLimit = input.localLimit as number | undefined
 
+  if (input.hook !== undefined) {
+    const badHook = choiceProblem(input.hook, HOOKS)
+    if (badHook !== undefined) fail('hook', badHook)
+    if (position.global) fail('hook', 'is decided by each route (a global block is decided together with the route\'s own blocks, at the route\'s stage)')
+  }
+  if (input.requestLimit !== undefined && typeof input.requestLimit !== 'function') fail('requestLimit', `must be a function (request) => number | Promise<number> (got ${shown(input.requestLimit)})`)
+
   const nameItem = sfString(name as string)
   const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
-  const runOf = (tier: string | undefined): BlockRun => {
-    const limit = limitOf(tier)
-    const burst = bursty ? burstOf(tier, limit) : limit
+  const runWith = (tier: string | undefined, limit: number, burst: number): BlockRun => {
     const local = localParams(limit, burst, localLimit, context.fleetSize)
     const shownQuota = headerQuota(limit, windowMs, burst, bursty)
     return {
@@ -255,6 +270,14 @@ export function compileBlock (block: unknown, method: string | string[], url: st
       local: local === undefined ? undefined : { limit: local.limit, windowMs, burst: local.burst }
     }
   }
+  const runOf = (tier: string | undefined): BlockRun => {
+    const limit = limitOf(tier)
+    return runWith(tier, limit, bursty ? burstOf(tier, limit) : limit)
+  }
+  // A declared burst stays; otherwise the capacity is the request's limit, as it is the block's.
+  const withLimit = (run: BlockRun, limit: number): BlockRun => limit === run.params.limit
+    ? run
+    : runWith(run.tier, limit, bursty && bursts !== undefined ? run.params.burst : limit)
   const base = runOf(tiered ? FALLBACK_TIER : undefined)
   const tiers = tiered ? new Map(tierNames.map((tier) => [tier as string, tier === FALLBACK_TIER ? base : runOf(tier)])) : undefined
   return {
@@ -272,6 +295,10 @@ export function compileBlock (block: unknown, method: string | string[], url: st
     bySpec: input.by as RateLimitBlock['by'],
     by: describeBy(input.by as RateLimitBlock['by'], context.user !== undefined),
     global: position.global,
+    hook: input.hook as RateLimitHook | undefined,
+    requestLimit: input.requestLimit as CompiledBlock['requestLimit'],
+    maxLimit,
+    withLimit,
     origin: prefix === '' ? route : `${route} ${prefix.slice(0, -1)}`
   }
 }

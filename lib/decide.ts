@@ -37,7 +37,7 @@ export interface Runtime {
   /** The plugin clock (the injected test clock, else Date.now). */
   clock: () => number
   /** The plugin option `tier`, if any. */
-  tier: ((request: FastifyRequest) => string | undefined) | undefined
+  tier: ((request: FastifyRequest) => unknown) | undefined
   /** OpenTelemetry instruments, once loaded at ready(). */
   metrics: Metrics | undefined
   /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */

@@ -86,6 +86,12 @@ export const FST_RRL_IDENTITY_FAILED = createError(
   500
 )
 
+export const FST_RRL_REQUEST_VALUE_FAILED = createError(
+  'FST_RRL_REQUEST_VALUE_FAILED',
+  'Rate limit `%s` for route %s %s',
+  500
+)
+
 /**
  * Startup warning (once per process, like Fastify's own): `trustProxy: true`
  * trusts X-Forwarded-For from every peer, so any client can pick its own IP.

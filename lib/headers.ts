@@ -97,7 +97,7 @@ function policyValue (policy: HeaderSource, runs: readonly BlockRun[], decisions
   for (let i = 0; i < runs.length; i++) {
     if (decisions[i] === undefined && !(runs[i] as BlockRun).shadow) return policyHeaderValue(runs.filter((_, j) => decisions[j] !== undefined))
   }
-  // A run list made by a runtime override is not precompiled: join its runs' precompiled items.
+  // A run list made for one request (a runtime override, requestLimit) is not precomputed: join its runs' items.
   return policy.policyHeaders.get(runs) ?? policyHeaderValue(runs)
 }
 

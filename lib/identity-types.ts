@@ -5,5 +5,6 @@ import type { FastifyRequest } from 'fastify'
  * type module (types.ts) sits below every implementation module.
  */
 
-export type IdentityFunction = (request: FastifyRequest) => string | undefined
+/** Sync, or async (awaited at most `identityTimeout` ms; a rejection or an overrun falls back to the client IP). */
+export type IdentityFunction = (request: FastifyRequest) => string | undefined | Promise<string | undefined>
 export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction

@@ -26,6 +26,29 @@ export interface IdentityContext {
    * unusable (an object, a symbol, NaN, a Promise...); the part then falls back to the IP.
    */
   onPartError: (kind: IdentityKind, error: unknown, route: string) => void
+  /** Milliseconds an async identity function may take (plugin option `identityTimeout`); default 100. */
+  identityTimeout?: number | undefined
+}
+
+/** The plugin option `identityTimeout`'s default, in milliseconds. */
+export const DEFAULT_IDENTITY_TIMEOUT_MS = 100
+
+/** How an awaited user function ended: its value, or why there is none (a rejection or an overrun). */
+export type Settled = { ok: true, value: unknown } | { ok: false, error: unknown }
+
+/**
+ * Awaits a user function's promise for at most `ms`. Never rejects (a rejection
+ * is a result), never leaves a timer behind, and never waits longer: a promise
+ * that never settles ends as an overrun. Only the async path pays for it.
+ */
+export function settleWithin (value: PromiseLike<unknown>, ms: number): Promise<Settled> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { resolve({ ok: false, error: new Error(`did not settle within ${ms} ms (identityTimeout)`) }) }, ms)
+    Promise.resolve(value).then(
+      (result) => { clearTimeout(timer); resolve({ ok: true, value: result }) },
+      (error: unknown) => { clearTimeout(timer); resolve({ ok: false, error }) }
+    )
+  })
 }
 
 interface CompiledPart {
@@ -36,10 +59,13 @@ interface CompiledPart {
 }
 
 export interface CompiledIdentity {
-  /** Renders the identity for one request: bounded, hashed where it must be. */
-  resolve: (request: FastifyRequest) => string
+  /**
+   * Renders the identity for one request: bounded, hashed where it must be.
+   * A Promise only when an identity function returned one (it never rejects).
+   */
+  resolve: (request: FastifyRequest) => string | Promise<string>
   /** The same identity from values a caller names (the programmatic API). */
-  resolveInput: (input: IdentityInput) => string
+  resolveInput: (input: IdentityInput) => string | Promise<string>
   kinds: IdentityKind[]
   needsBody: boolean
   usesParams: boolean
@@ -88,14 +114,13 @@ function textValue (value: unknown): string | undefined {
 /** Kinds whose values come from code the application wrote, whose mistakes are worth a log line. */
 const FUNCTION_KINDS = new Set<IdentityKind>(['user', 'api-key', 'custom'])
 
-function isThenable (value: unknown): value is PromiseLike<unknown> {
+export function isThenable (value: unknown): value is PromiseLike<unknown> {
   return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
 }
 
 /** The type of an unusable value, for the log: never the value itself, which may be a secret. */
 function describeValue (value: unknown): string {
   if (typeof value === 'number') return String(value) // NaN or ±Infinity
-  if (isThenable(value)) return 'a Promise (identity functions must be synchronous)'
   if (Array.isArray(value)) return value.length === 0 ? 'an empty array' : 'an array that is not all strings'
   return value === null ? 'null' : typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
@@ -162,46 +187,62 @@ export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | und
     }
   }
   const { ipv6Subnet, onPartError } = context
+  const timeoutMs = context.identityTimeout ?? DEFAULT_IDENTITY_TIMEOUT_MS
   const hash = identityHasher(context.hashSecret)
-  const renderPart = (part: CompiledPart, request: FastifyRequest): string => {
+  const fallback = (part: CompiledPart, request: FastifyRequest): string => part.label + '~' + clientIp(request, ipv6Subnet)
+  /** What a part's value renders as; an unusable one from application code is logged. */
+  const renderValue = (part: CompiledPart, request: FastifyRequest, raw: unknown): string => {
+    const value = textValue(raw)
+    if (value === undefined && raw !== undefined && raw !== null && raw !== '' && FUNCTION_KINDS.has(part.kind)) {
+      onPartError(part.kind, new TypeError(`returned ${describeValue(raw)}`), route)
+    }
+    // A missing part falls back to the client's own IP: never a shared bucket.
+    return value === undefined ? fallback(part, request) : part.label + '=' + hash(value)
+  }
+  const renderSettled = (part: CompiledPart, request: FastifyRequest, settled: Settled): string => {
+    if (settled.ok) return renderValue(part, request, settled.value)
+    onPartError(part.kind, settled.error instanceof Error ? settled.error : new TypeError(`rejected with ${describeValue(settled.error)}`), route)
+    return fallback(part, request)
+  }
+  const renderPart = (part: CompiledPart, request: FastifyRequest): string | Promise<string> => {
     if (part.kind === 'ip') return 'ip=' + clientIp(request, ipv6Subnet)
-    let value: string | undefined
+    let raw: unknown
     try {
-      const raw = part.read(request)
-      value = textValue(raw)
-      if (value === undefined && raw !== undefined && raw !== null && raw !== '' && FUNCTION_KINDS.has(part.kind)) {
-        // An async function's rejection must not become an unhandled rejection.
-        if (isThenable(raw)) Promise.resolve(raw).catch(() => {})
-        onPartError(part.kind, new TypeError(`returned ${describeValue(raw)}`), route)
-      }
+      raw = part.read(request)
     } catch (error) {
       // Whatever was thrown (even an object that cannot be turned into a string) is logged safely.
       onPartError(part.kind, error instanceof Error ? error : new TypeError(`threw ${describeValue(error)}`), route)
+      return fallback(part, request)
     }
-    // A missing part falls back to the client's own IP: never a shared bucket.
-    return value === undefined
-      ? part.label + '~' + clientIp(request, ipv6Subnet)
-      : part.label + '=' + hash(value)
+    // An async function is awaited, bounded by identityTimeout; only this path creates a promise.
+    if (isThenable(raw)) return settleWithin(raw, timeoutMs).then((settled) => renderSettled(part, request, settled))
+    return renderValue(part, request, raw)
+  }
+  /** The parts of one identity, joined; a Promise only when some part is one. */
+  const renderAll = (list: readonly CompiledPart[], request: FastifyRequest): string | Promise<string> => {
+    const rendered = new Array<string | Promise<string>>(list.length)
+    let pending = false
+    for (let index = 0; index < list.length; index++) {
+      const text = renderPart(list[index] as CompiledPart, request)
+      if (typeof text !== 'string') pending = true
+      rendered[index] = text
+    }
+    if (pending) return Promise.all(rendered).then((texts) => boundIdentity(texts.join(',')))
+    return boundIdentity((rendered as string[]).join(','))
   }
   const single = parts.length === 1 ? parts[0] as CompiledPart : undefined
   const resolve = single !== undefined
-    ? (request: FastifyRequest) => boundIdentity(renderPart(single, request))
-    : (request: FastifyRequest) => {
-        let identity = renderPart(parts[0] as CompiledPart, request)
-        for (let index = 1; index < parts.length; index++) identity += ',' + renderPart(parts[index] as CompiledPart, request)
-        return boundIdentity(identity)
+    ? (request: FastifyRequest) => {
+        const text = renderPart(single, request)
+        return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
       }
+    : (request: FastifyRequest) => renderAll(parts, request)
   // The programmatic API (fastify.rateLimit.peek/consume/reset): the same rendering from
   // caller-given values; `user` and `apiKey` are taken as given instead of calling the plugin option.
   const apiParts = parts.map((part): CompiledPart => part.kind === 'user'
     ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].user }
     : part.kind === 'api-key' ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].apiKey } : part)
-  const resolveInput = (input: IdentityInput): string => {
-    const request = apiRequest(input)
-    let identity = renderPart(apiParts[0] as CompiledPart, request)
-    for (let index = 1; index < apiParts.length; index++) identity += ',' + renderPart(apiParts[index] as CompiledPart, request)
-    return boundIdentity(identity)
-  }
+  const resolveInput = (input: IdentityInput): string | Promise<string> => renderAll(apiParts, apiRequest(input))
   return {
     resolve,
     resolveInput,

@@ -1,4 +1,4 @@
-import type { FastifyInstance, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
@@ -75,6 +75,8 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     mode: options.mode,
     cluster: store instanceof RedisStore && store.cluster,
     fleetSize: options.fleetSize,
+    hook: options.hook,
+    identityTimeout: options.identityTimeout,
     onPartError: (kind: IdentityKind, error: unknown, route: string) => {
       identityErrors.report(fastify.log, { err: new FST_RRL_IDENTITY_FAILED(kind, route), cause: error instanceof Error ? error.message : String(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
     }
@@ -107,7 +109,8 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
     local: undefined,
     maxKeys: options.maxKeys,
-    overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log)
+    overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log),
+    identityTimeout: options.identityTimeout
   }
   const summaries: PolicySummary[] = []
   const seen: RouteEntry[] = []
@@ -138,8 +141,10 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     for (const method of methodsOf(route.method)) registry.add(`${method} ${route.url}`, policy)
     // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
     if (route.method !== 'HEAD') for (const compiled of policy.blocks) if (!compiled.global) registry.add(compiled.name, policy)
-    const hook = createRouteHook(policy, runtime)
-    const stage = policy.needsBody ? 'preValidation' : 'onRequest'
+    const decide = createRouteHook(policy, runtime)
+    const stage = policy.stage
+    // A preParsing hook's resolved value would become the request payload: this one resolves to nothing.
+    const hook = stage === 'preParsing' ? async (request: FastifyRequest, reply: FastifyReply): Promise<void> => { await decide(request, reply) } : decide
     const existing = route[stage]
     // After the route's own hooks of that stage, so an auth hook can set the user first.
     route[stage] = (existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]) as never

@@ -3,10 +3,10 @@ import type { BreakerOptions } from './circuit-breaker.js'
 import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_OPTION } from './errors.js'
 import { DEFAULT_MAX_KEYS } from './memory-store.js'
-import type { IdentityFunction } from './identity.js'
+import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
-import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitMode, RateLimitPluginOptions } from './types.js'
-import { choiceProblem, FAILURE_POLICIES, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
+import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitHook, RateLimitMode, RateLimitPluginOptions } from './types.js'
+import { choiceProblem, FAILURE_POLICIES, HOOKS, isPolicyName, MAX_IDENTITY_TIMEOUT_MS, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
@@ -27,7 +27,10 @@ export interface ResolvedOptions {
   /** Deny cache size; 0 = off. */
   denyCacheMax: number
   mode: RateLimitMode
-  tier: ((request: FastifyRequest) => string | undefined) | undefined
+  tier: ((request: FastifyRequest) => unknown) | undefined
+  hook: RateLimitHook
+  /** Milliseconds an async identity / tier / requestLimit function may take. */
+  identityTimeout: number
   policies: Record<string, RateLimitBlock | RateLimitBlock[]>
   printPolicies: boolean
   metrics: boolean
@@ -47,7 +50,7 @@ const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 
 /** Every plugin option (the README documents each; test/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey'])
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -92,7 +95,7 @@ const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/
 
 function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
   if (value === undefined) return undefined
-  if (typeof value !== 'function') throw new FST_RRL_INVALID_OPTION(name, `must be a function (request) => string | undefined (got ${typeof value})`)
+  if (typeof value !== 'function') throw new FST_RRL_INVALID_OPTION(name, `must be a function (request) => string | undefined, or async (got ${typeof value})`)
   return value as IdentityFunction
 }
 
@@ -212,6 +215,8 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
     maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS),
     circuitBreaker: resolveBreaker(options.circuitBreaker),
-    configKey
+    configKey,
+    hook: choice('hook', options.hook ?? 'onRequest', HOOKS),
+    identityTimeout: integerOption(options, 'identityTimeout', DEFAULT_IDENTITY_TIMEOUT_MS, 1, MAX_IDENTITY_TIMEOUT_MS)
   }
 }

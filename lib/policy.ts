@@ -3,8 +3,9 @@ import { FST_RRL_INVALID_BLOCK } from './errors.js'
 import { policyHeaderValue } from './headers.js'
 import type { CompiledIdentity } from './identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from './keys.js'
+import { HOOKS } from './validate.js'
 import type { BlockRun } from './store.js'
-import type { FailurePolicy, RateLimitBlock } from './types.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook } from './types.js'
 
 export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
 export type { BlockRun } from './store.js'
@@ -38,6 +39,10 @@ export interface CompiledPolicy extends KeyLayout {
   /** Whether a 429 body may echo the request path (not when an identity comes from a path param). */
   echoPath: boolean
   needsBody: boolean
+  /** The stage the route's decision runs at (block `hook`, else the plugin's, raised to preValidation for a body part). */
+  stage: RateLimitHook
+  /** Some block has a `requestLimit` function. */
+  requestLimits: boolean
   /** Some block has a refundOn predicate. */
   refunds: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
@@ -145,6 +150,7 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     const without = blocks.filter((block) => block.base.local === undefined)
     if (without.length > 0) throw new FST_RRL_INVALID_BLOCK(where, 'onRedisError', `is 'local', but ${without.map((block) => block.origin).join(', ')} has no local share: set localLimit on the block or the plugin option fleetSize`)
   }
+  const needsBody = identities.some((identity) => identity.needsBody)
   return {
     route,
     name: first.name,
@@ -157,11 +163,27 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     onRedisError,
     fromDefault,
     echoPath: !identities.some((identity) => identity.usesParams),
-    needsBody: identities.some((identity) => identity.needsBody),
+    needsBody,
+    stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
+    requestLimits: blocks.some((block) => block.requestLimit !== undefined),
     refunds: blocks.some((block) => block.refundOn !== undefined),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]
   }
+}
+
+/**
+ * The stage a route's decision runs at: the one its blocks name (all the same),
+ * else the plugin's. A body part needs the parsed body: the plugin's default is
+ * raised to preValidation; a block naming an earlier stage is a startup error.
+ */
+function routeStage (where: string, own: readonly CompiledBlock[], pluginHook: RateLimitHook, needsBody: boolean): RateLimitHook {
+  const named = [...new Set(own.map((block) => block.hook).filter((hook) => hook !== undefined))]
+  if (named.length > 1) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  const stage = named[0] ?? pluginHook
+  if (!needsBody || HOOKS.indexOf(stage) >= HOOKS.indexOf('preValidation')) return stage
+  if (named[0] !== undefined) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  return 'preValidation'
 }
 
 /** The runs for a request's tier (the fallback tier when it has none or an unknown one). */

@@ -1,14 +1,15 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from './algorithm-types.js'
 import { evaluate, type Runtime } from './decide.js'
-import { FST_RRL_INVALID_COST } from './errors.js'
+import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED } from './errors.js'
 import type { HeaderWriter } from './headers.js'
+import { isThenable, settleWithin, type Settled } from './identity.js'
 import { assembleKeys } from './keys.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
 import { sendQuotaExceeded, sendUnavailable } from './replies.js'
 import type { BlockRun } from './store.js'
-import { isCost } from './validate.js'
+import { isCost, isCount } from './validate.js'
 
 /*
  * The Fastify side of a route's limit: what one request contributes (tier,
@@ -21,6 +22,8 @@ export interface RouteRuntime extends Runtime {
   writeHeaders: HeaderWriter
   /** Runtime overrides of block limits (fastify.rateLimit.setOverride). */
   overrides: Overrides
+  /** Milliseconds an async `tier` or `requestLimit` may take (plugin option identityTimeout). */
+  identityTimeout: number
 }
 
 function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
@@ -51,23 +54,105 @@ function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime:
   return costs
 }
 
-function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: Runtime): string | undefined {
-  const tier = runtime.tier
-  if (policy.tierRuns === undefined || tier === undefined) return undefined
-  try {
-    const value = tier(request)
-    return typeof value === 'string' ? value : undefined
-  } catch {
-    return undefined
+/** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
+function failure (settled: Settled): string {
+  if (settled.ok) {
+    const value = settled.value
+    // null and undefined mean "none" and are not reported; numbers are shown (they are not secrets).
+    return `returned ${typeof value === 'number' ? String(value) : `a value of type ${typeof value}`}`
   }
+  const error = settled.error
+  return error instanceof Error ? `failed (${error.message})` : `failed (threw or rejected with a ${typeof error})`
 }
 
-/** One key per block; each distinct identity is resolved once. */
-function requestKeys (policy: CompiledPolicy, request: FastifyRequest): string[] {
+/** Calls `fn`; a promise it returns is awaited at most identityTimeout ms. Sync results stay sync. */
+function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: RouteRuntime): Settled | Promise<Settled> {
+  let value: unknown
+  try {
+    value = fn(request)
+  } catch (error) {
+    return { ok: false, error }
+  }
+  return isThenable(value) ? settleWithin(value, runtime.identityTimeout) : { ok: true, value }
+}
+
+function reportValue (request: FastifyRequest, runtime: RouteRuntime, what: string, route: string, settled: Settled, instead: string): void {
+  runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(settled)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
+}
+
+/** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
+function tierOf (settled: Settled, request: FastifyRequest, runtime: RouteRuntime, route: string): string | undefined {
+  if (settled.ok && typeof settled.value === 'string') return settled.value
+  if (!settled.ok || (settled.value !== undefined && settled.value !== null)) reportValue(request, runtime, 'tier', route, settled, 'using the default tier')
+  return undefined
+}
+
+/** The request's tier (sync unless the `tier` function returned a promise). */
+function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime): string | undefined | Promise<string | undefined> {
+  const tier = runtime.tier
+  if (policy.tierRuns === undefined || tier === undefined) return undefined
+  const settled = callBounded(tier, request, runtime)
+  return settled instanceof Promise
+    ? settled.then((result) => tierOf(result, request, runtime, policy.route))
+    : tierOf(settled, request, runtime, policy.route)
+}
+
+/** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
+function limitOf (settled: Settled, block: CompiledBlock, request: FastifyRequest, runtime: RouteRuntime, route: string): number | undefined {
+  if (settled.ok && isCount(settled.value, block.maxLimit)) return settled.value
+  // undefined / null: no limit of its own for this request (not an error).
+  if (settled.ok && (settled.value === undefined || settled.value === null)) return undefined
+  reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, settled, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
+  return undefined
+}
+
+/**
+ * Per block, the `requestLimit` result (undefined: no function, or unusable).
+ * A Promise only when some function returned one; it never rejects.
+ */
+function requestLimits (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime): Array<number | undefined> | Promise<Array<number | undefined>> {
+  const blocks = policy.blocks
+  const limits = new Array<number | undefined | Promise<number | undefined>>(blocks.length)
+  let pending = false
+  for (let i = 0; i < blocks.length; i++) {
+    const block = blocks[i] as CompiledBlock
+    if (block.requestLimit === undefined) continue
+    const settled = callBounded(block.requestLimit, request, runtime)
+    if (settled instanceof Promise) {
+      pending = true
+      limits[i] = settled.then((result) => limitOf(result, block, request, runtime, policy.route))
+    } else {
+      limits[i] = limitOf(settled, block, request, runtime, policy.route)
+    }
+  }
+  return pending ? Promise.all(limits) : limits as Array<number | undefined>
+}
+
+/** The tier's runs with each block's request limit applied (a new list only when some limit differs). */
+function withLimits (policy: CompiledPolicy, runs: readonly BlockRun[], limits: ReadonlyArray<number | undefined>): readonly BlockRun[] {
+  let out: BlockRun[] | undefined
+  for (let i = 0; i < runs.length; i++) {
+    const limit = limits[i]
+    if (limit === undefined) continue
+    const run = (policy.blocks[i] as CompiledBlock).withLimit(runs[i] as BlockRun, limit)
+    if (run === runs[i]) continue
+    out ??= [...runs]
+    out[i] = run
+  }
+  return out ?? runs
+}
+
+/** One key per block; each distinct identity is resolved once. A Promise only when an identity function returned one. */
+function requestKeys (policy: CompiledPolicy, request: FastifyRequest): string[] | Promise<string[]> {
   const identities = policy.identities
-  const values = new Array<string>(identities.length)
-  for (let i = 0; i < identities.length; i++) values[i] = (identities[i] as CompiledPolicy['identities'][0]).resolve(request)
-  return assembleKeys(policy, values)
+  const values = new Array<string | Promise<string>>(identities.length)
+  let pending = false
+  for (let i = 0; i < identities.length; i++) {
+    const value = (identities[i] as CompiledPolicy['identities'][0]).resolve(request)
+    if (typeof value !== 'string') pending = true
+    values[i] = value
+  }
+  return pending ? Promise.all(values).then((resolved) => assembleKeys(policy, resolved)) : assembleKeys(policy, values as string[])
 }
 
 /** What an admitted request spent, for refundOn (only on routes with a refundOn block). */
@@ -121,8 +206,8 @@ export function createRefundHook (policy: CompiledPolicy, runtime: Runtime) {
 }
 
 /**
- * The per-route hook (onRequest, or preValidation when the identity needs the
- * body). One store call for every block (or none, from the deny cache), then
+ * The per-route hook, at the route's stage (policy.stage: the `hook` option,
+ * at least preValidation when the identity needs the body). One store call for every block (or none, from the deny cache), then
  * headers and either continue or a refusal.
  */
 export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) {
@@ -130,8 +215,15 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   const route = policy.route
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const keys = requestKeys(policy, request)
-    const runs = runtime.overrides.apply(policy, runsForTier(policy, requestTier(policy, request, runtime)), keys)
+    // Tier, limits and keys start together; only what an async function made a promise is awaited.
+    let tier = requestTier(policy, request, runtime)
+    let limits = policy.requestLimits ? requestLimits(policy, request, runtime) : undefined
+    let keys = requestKeys(policy, request)
+    if (tier instanceof Promise) tier = await tier
+    if (limits instanceof Promise) limits = await limits
+    if (keys instanceof Promise) keys = await keys
+    const tierRuns = runsForTier(policy, tier)
+    const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
     const costs = requestCosts(policy, request, runtime)
     const evaluation = await evaluate({ policy, runs, keys, costs }, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision

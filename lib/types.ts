@@ -10,6 +10,8 @@ export type FailurePolicy = 'open' | 'closed' | 'local'
 export type HeaderMode = 'ietf' | 'legacy' | 'both' | false
 /** `'enforce'` refuses over-limit requests; `'shadow'` decides and records but never refuses. */
 export type RateLimitMode = 'enforce' | 'shadow'
+/** The request lifecycle stage the decision runs at (plugin option and block field `hook`). */
+export type RateLimitHook = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
 /** A count, or a count per tier: `{ default: 60, pro: 600 }` (the `default` tier is required). */
 export type TieredCount = number | ({ default: number } & Record<string, number>)
 
@@ -51,6 +53,21 @@ export interface RateLimitBlock {
    * Decided in the same script call as the limit.
    */
   penalty?: RateLimitPenalty
+  /**
+   * The lifecycle stage this route's decision runs at; default: the plugin's
+   * `hook`. `'preHandler'` runs after authentication hooks, so `by: 'user'`
+   * sees `request.user`. A route that reads the body (`body:<field>`) needs at
+   * least `'preValidation'`: naming an earlier stage here is a startup error.
+   * Every block of one route must name the same stage (or none).
+   */
+  hook?: RateLimitHook
+  /**
+   * This request's limit, e.g. from a database: `(request) => number | Promise<number>` (`undefined` keeps `limit`).
+   * Awaited at most `identityTimeout` ms; a rejection, an overrun or a value that
+   * is not an integer from 1 to the algorithm's maximum falls back to `limit`
+   * (logged once per burst). `burst` stays as declared, else follows the returned limit.
+   */
+  requestLimit?: (request: FastifyRequest) => number | undefined | Promise<number | undefined>
 }
 
 /** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */
@@ -78,6 +95,19 @@ export interface RateLimitPluginOptions {
   onRedisError?: FailurePolicy
   /** Milliseconds a decision may wait on Redis; default 50. */
   timeout?: number
+  /**
+   * The lifecycle stage every route's decision runs at, unless its block names
+   * one; default `'onRequest'`. Routes whose identity reads the body run at
+   * `'preValidation'` at the earliest (raised silently from an earlier default).
+   */
+  hook?: RateLimitHook
+  /**
+   * Milliseconds an async `by` function, `user`, `apiKey`, `tier` or
+   * `requestLimit` may take (1 to 60000); default 100. On a rejection or an
+   * overrun the identity part falls back to the client IP, the tier to
+   * `default`, the limit to the block's `limit`. `timeout` bounds Redis alone.
+   */
+  identityTimeout?: number
   /** Which response headers to send; default `'ietf'`. */
   headers?: HeaderMode
   /** The authenticated identity of a request, if any. */
@@ -107,7 +137,7 @@ export interface RateLimitPluginOptions {
   /** Default mode of every block; default `'enforce'`. */
   mode?: RateLimitMode
   /** The tier of a request, for blocks whose `limit`/`burst` are tier maps; unknown or undefined → `default`. */
-  tier?: (request: FastifyRequest) => string | undefined
+  tier?: (request: FastifyRequest) => string | undefined | Promise<string | undefined>
   /** Named limits outside HTTP routes, for `fastify.rateLimit.consume(name, identity)`. */
   policies?: Record<string, RateLimitBlock | RateLimitBlock[]>
   /** Log a table of every route's limits at ready() (info level). Default false. */

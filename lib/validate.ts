@@ -49,3 +49,8 @@ export function shown (value: unknown): string {
 
 export const FAILURE_POLICIES = ['open', 'closed', 'local'] as const
 export const MODES = ['enforce', 'shadow'] as const
+/** Request lifecycle stages the decision may run at, earliest first (plugin option and block field `hook`). */
+export const HOOKS = ['onRequest', 'preParsing', 'preValidation', 'preHandler'] as const
+
+/** Longest an async `by` / `user` / `apiKey` / `tier` / `requestLimit` function may take (option identityTimeout). */
+export const MAX_IDENTITY_TIMEOUT_MS = 60_000

@@ -81,6 +81,21 @@ for (const withRedis of [false, true]) {
     t.same(JSON.parse((await call(demo.base, `/admin/override?id=${encodeURIComponent(record.id)}&reason=done`, { method: 'DELETE', headers: admin })).text), { cleared: true })
     t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=100;w=60', 'cleared')
 
+    // Signed in: the limit runs after the preHandler that verifies the token, so users on one address are apart.
+    const token = async (user: string): Promise<string> => (await call(demo.base, `/token?user=${user}`, { method: 'POST' })).text
+    const suffix = Date.now()
+    const alice = { authorization: `Bearer ${await token(`alice-${suffix}`)}` }
+    const bob = { authorization: `Bearer ${await token(`bob-${suffix}`)}` }
+    const me = await call(demo.base, '/me', { headers: alice })
+    t.equal(me.status, 200)
+    t.equal(JSON.parse(me.text).user, `alice-${suffix}`)
+    t.equal(me.headers['ratelimit-policy'], '"me";q=5;w=60')
+    const mine = []
+    for (let i = 0; i < 5; i++) mine.push((await call(demo.base, '/me', { headers: alice })).status)
+    t.same(mine, [200, 200, 200, 200, 429], 'me: 5 per minute for alice')
+    t.equal((await call(demo.base, '/me', { headers: bob })).status, 200, 'me: bob, on the same address, has his own')
+    t.equal((await call(demo.base, '/me')).status, 401, 'me: no token, no entry')
+
     const index = await call(demo.base, '/')
     t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')
   })

@@ -396,8 +396,9 @@ test('cost and by functions that throw or return garbage: charged 1 / fallback t
     const keys = (await keysOf(redis, prefix)).filter((key) => key.includes(`{GET:${path}|`))
     t.ok(keys.includes(`${prefix}:{GET:${path}|${label}~203.0.113.2}:sw60000`), `${path}: unusable values fell back to the IP`)
     const fallback = await redis.get(`${prefix}:{GET:${path}|${label}~203.0.113.2}:sw60000`)
-    // nan, infinity, object, nullProto, symbol, null, bool, bigint, rejected, resolved, throws, throwsOddity: 12 fall back
-    t.match(fallback, /:12:0$/, `${path}: twelve garbage requests counted in the fallback bucket`)
+    // nan, infinity, object, nullProto, symbol, null, bool, bigint, rejected, throws, throwsOddity: 11 fall back
+    // (`resolved` is an async identity: awaited, its value 2 is a real identity of its own).
+    t.match(fallback, /:11:0$/, `${path}: eleven garbage requests counted in the fallback bucket`)
     const other = await app.inject({ url: path, headers: { 'x-case': 'object', 'x-forwarded-for': '203.0.113.3' } })
     t.equal(other.statusCode, 200, 'another IP sending garbage is not pooled with the first')
     t.equal(other.json().remaining, cases.length - 1)

@@ -24,6 +24,7 @@ import rateLimit, {
   type RateLimitOverride,
   type RateLimitBlock,
   type RateLimitDecision,
+  type RateLimitHook,
   type RateLimitIdentity,
   type RateLimitMode,
   type RateLimitPluginOptions,
@@ -73,7 +74,9 @@ describe('the plugin', () => {
       maxKeys: 50_000,
       circuitBreaker: { failures: 3, cooldown: '500ms' },
       clock: () => Date.now(),
-      configKey: 'redisRateLimit'
+      configKey: 'redisRateLimit',
+      hook: 'preHandler',
+      identityTimeout: 100
     })).type.not.toRaiseError()
     expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false, circuitBreaker: false, onRedisError: 'local' })).type.not.toRaiseError()
   })
@@ -115,6 +118,10 @@ describe('the plugin', () => {
     expect(app.register(rateLimit, { clock: Date.now() })).type.toRaiseError()
     expect(app.register(rateLimit, { configKey: false })).type.toRaiseError()
     expect(app.register(rateLimit, { max: 100 })).type.toRaiseError()
+    expect(app.register(rateLimit, { hook: 'onSend' })).type.toRaiseError()
+    expect(app.register(rateLimit, { identityTimeout: '100ms' })).type.toRaiseError()
+    expect(app.register(rateLimit, { user: async (request: FastifyRequest) => await Promise.resolve(request.headers['x-user'] as string | undefined), tier: async () => await Promise.resolve('pro') })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { tier: async () => await Promise.resolve(3) })).type.toRaiseError()
   })
 })
 
@@ -144,6 +151,7 @@ describe('route config: config.rateLimit', () => {
   test('an array of blocks, false, or nothing', () => {
     expect(app.get('/search', { config: { rateLimit: [{ limit: 10, window: '1s' }, { limit: 1000, window: '1h', algorithm: 'fixed-window' }] } }, handler)).type.not.toRaiseError()
     expect(app.get('/health', { config: { rateLimit: false } }, handler)).type.not.toRaiseError()
+    expect(app.get('/late', { config: { rateLimit: { limit: 10, window: '1m', hook: 'preHandler', by: async (request: FastifyRequest) => await Promise.resolve(request.headers['x-account'] as string | undefined), requestLimit: async () => await Promise.resolve(100) } } }, handler)).type.not.toRaiseError()
     expect(app.get('/plain', handler)).type.not.toRaiseError()
     expect(app.route({ method: 'POST', url: '/login', config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'] } }, handler })).type.not.toRaiseError()
   })
@@ -163,6 +171,9 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', penalty: { for: '1m' } } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', localLimit: '2' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', onRedisError: 'skip' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', hook: 'onResponse' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', requestLimit: 5 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', requestLimit: async () => await Promise.resolve('5') } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', refundOn: true } } }, handler)).type.toRaiseError()
@@ -217,7 +228,8 @@ describe('every exported type', () => {
     expect<TieredCount>().type.toBeAssignableFrom<number>()
     expect<TieredCount>().type.toBeAssignableFrom<{ default: number, pro: number }>()
     expect<TieredCount>().type.not.toBeAssignableFrom<{ pro: number }>()
-    expect<IdentityFunction>().type.toBe<(request: FastifyRequest) => string | undefined>()
+    expect<IdentityFunction>().type.toBe<(request: FastifyRequest) => string | undefined | Promise<string | undefined>>()
+    expect<RateLimitHook>().type.toBe<'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'>()
     expect<IdentityPartSpec>().type.toBeAssignableFrom<'header:x-tenant'>()
     expect<IdentityPartSpec>().type.not.toBeAssignableFrom<'cookie:sid'>()
   })

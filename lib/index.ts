@@ -1,6 +1,6 @@
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
 import { CircuitBreaker } from './circuit-breaker.js'
 import { DenyCache } from './deny-cache.js'
@@ -14,6 +14,7 @@ import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
+import { createRefuse } from './replies.js'
 import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
 import { unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
@@ -92,7 +93,11 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const runtime: RouteRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0 },
+    allowList: options.allowList,
+    refuse: createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
+      runtime.badInput.report(request.log, { err: new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? '')), cause: error instanceof Error ? error.message : String(error) }, 'rate limit replyBuilder failed; sent the default reply')
+    }),
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.

@@ -4,7 +4,7 @@ import { policyHeaderValue } from './headers.js'
 import type { CompiledIdentity } from './identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from './keys.js'
 import type { BlockRun } from './store.js'
-import type { FailurePolicy, RateLimitBlock } from './types.js'
+import type { FailurePolicy, RateLimitBlock, SkipPredicate } from './types.js'
 
 export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
 export type { BlockRun } from './store.js'
@@ -38,6 +38,8 @@ export interface CompiledPolicy extends KeyLayout {
   /** Whether a 429 body may echo the request path (not when an identity comes from a path param). */
   echoPath: boolean
   needsBody: boolean
+  /** The `skip` predicates of the route's own blocks: any `true` lets a request through unlimited. */
+  skips: readonly SkipPredicate[]
   /** Some block has a refundOn predicate. */
   refunds: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
@@ -158,6 +160,7 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     fromDefault,
     echoPath: !identities.some((identity) => identity.usesParams),
     needsBody: identities.some((identity) => identity.needsBody),
+    skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
     refunds: blocks.some((block) => block.refundOn !== undefined),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]

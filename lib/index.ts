@@ -16,7 +16,7 @@ import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type 
 import { RedisStore } from './redis-store.js'
 import { createRefuse } from './replies.js'
 import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
-import { unseenRoutes, type RouteEntry } from './routes.js'
+import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
 import type { PolicySummary, RateLimitPluginOptions } from './types.js'
 
@@ -118,7 +118,12 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   if (fastify.hasDecorator(options.configKey)) {
     throw new FST_RRL_INVALID_OPTION('configKey', `names the decorator fastify.${options.configKey}, which is already taken: choose a free name`)
   }
-  fastify.decorateRequest('rateLimit', null)
+  // A registration in a context below another one's finds the request decorator there already.
+  if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  // Marks this context (and those below it) for the routes-before-plugin check at ready (routes.ts).
+  const scope = scopeMarker()
+  fastify.addHook('onTimeout', scope)
+  markContexts(fastify, scope)
 
   fastify.addHook('onRoute', (route) => {
     for (const method of methodsOf(route.method)) seen.push({ method, url: route.url })
@@ -155,7 +160,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     checkConfigKey(this, options.configKey)
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, undeclared.join(', '))
-    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen))
+    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] }), seen, scope.name))
     if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
     if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()

@@ -1,4 +1,4 @@
-import type { FastifyInstance, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
@@ -18,7 +18,7 @@ import { createRefuse } from './replies.js'
 import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
 import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
-import type { PolicySummary, RateLimitPluginOptions } from './types.js'
+import type { PolicySummary, RateLimitBlock, RateLimitPluginOptions } from './types.js'
 
 export * from './types.js'
 export { ALGORITHMS } from './algorithm-types.js'
@@ -157,6 +157,8 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     }
   })
 
+  if (options.notFound !== undefined) limitNotFound(fastify, options.notFound, context, globals, registry, summaries, runtime)
+
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     checkConfigKey(this, options.configKey)
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, undeclared.join(', '))
@@ -179,6 +181,35 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     return { ...summary, limit: limits[0] ?? false, limits }
   })
   fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries))
+}
+
+/** The key's route segment of every not-found request: no real route has this URL. */
+const NOT_FOUND_ROUTE = { method: 'ANY', url: '(not-found)' } as const
+
+/**
+ * `notFound`: the not-found handler of this context (Fastify runs a context's
+ * hooks for its 404s) is limited by these blocks, every 404 sharing one bucket
+ * per caller whatever its method and URL. The hook returns at once for
+ * requests that matched a route (callback style: no promise for them).
+ */
+function limitNotFound (fastify: FastifyInstance, declared: RateLimitBlock | RateLimitBlock[], context: CompileContext, globals: CompiledPolicy['blocks'], registry: PolicyRegistry, summaries: PolicySummary[], runtime: RouteRuntime): void {
+  const named = Array.isArray(declared)
+    ? declared.map((block, index) => ({ name: index === 0 ? 'not-found' : `not-found-${index}`, ...block }))
+    : { name: 'not-found', ...declared }
+  const policy = compilePolicy(named, NOT_FOUND_ROUTE.method, NOT_FOUND_ROUTE.url, context, false, globals)
+  const limits = policy.blocks.map((compiled) => summarize(compiled, false))
+  summaries.push({ method: NOT_FOUND_ROUTE.method, url: NOT_FOUND_ROUTE.url, limit: limits[0] ?? false, limits })
+  registry.add(`${NOT_FOUND_ROUTE.method} ${NOT_FOUND_ROUTE.url}`, policy)
+  for (const compiled of policy.blocks) if (!compiled.global) registry.add(compiled.name, policy)
+  const hook = createRouteHook(policy, runtime)
+  fastify.addHook(policy.needsBody ? 'preValidation' : 'onRequest', function rateLimitNotFound (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+    if (!request.is404) {
+      done()
+      return
+    }
+    // A refusal was sent (or thrown to the error handler): the chain stops there.
+    hook(request, reply).then((sent) => { if (sent === undefined) done() }, done)
+  })
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

@@ -54,7 +54,7 @@ const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 
 /** Every plugin option (the README documents each; test/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'allowList', 'replyBuilder', 'useErrorHandler'])
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'allowList', 'replyBuilder', 'useErrorHandler', 'notFound'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000

@@ -67,8 +67,12 @@ describe('the plugin', () => {
       metrics: false,
       batchWrites: false,
       clock: () => Date.now(),
-      configKey: 'redisRateLimit'
+      configKey: 'redisRateLimit',
+      allowList: ['10.0.0.0/8', '2001:db8::1'],
+      replyBuilder: (request, refusal) => ({ body: { error: refusal.statusCode, path: request.url, policy: refusal.decision.policy }, headers: { 'x-retry': refusal.retryAfter } }),
+      notFound: [{ limit: 20, window: '1m' }]
     })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { allowList: async (request) => request.headers['x-internal'] === 'yes', useErrorHandler: true, notFound: { limit: 5, window: 1000 } })).type.not.toRaiseError()
     expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false })).type.not.toRaiseError()
   })
 
@@ -103,6 +107,11 @@ describe('the plugin', () => {
     expect(app.register(rateLimit, { batchWrites: 'on' })).type.toRaiseError()
     expect(app.register(rateLimit, { clock: Date.now() })).type.toRaiseError()
     expect(app.register(rateLimit, { configKey: false })).type.toRaiseError()
+    expect(app.register(rateLimit, { allowList: '10.0.0.1' })).type.toRaiseError()
+    expect(app.register(rateLimit, { allowList: (request: FastifyRequest) => 'yes' })).type.toRaiseError()
+    expect(app.register(rateLimit, { replyBuilder: () => 'body' })).type.toRaiseError()
+    expect(app.register(rateLimit, { useErrorHandler: 'yes' })).type.toRaiseError()
+    expect(app.register(rateLimit, { notFound: true })).type.toRaiseError()
     expect(app.register(rateLimit, { max: 100 })).type.toRaiseError()
   })
 })
@@ -121,7 +130,8 @@ describe('route config: config.rateLimit', () => {
           onRedisError: 'closed',
           name: 'orders',
           mode: 'enforce',
-          refundOn: (reply: FastifyReply) => reply.statusCode >= 500
+          refundOn: (reply: FastifyReply) => reply.statusCode >= 500,
+          skip: async (request) => request.headers['x-admin'] === '1'
         }
       }
     }, handler)).type.not.toRaiseError()
@@ -151,6 +161,7 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', refundOn: true } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', skip: true } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { max: 5, timeWindow: '1m' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: [{ limit: 5, window: '1m' }, false] } }, handler)).type.toRaiseError()
   })
@@ -214,7 +225,7 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped'>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
   })
 
@@ -222,7 +233,7 @@ describe('every exported type', () => {
     expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
     expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
     expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
-    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'shadow-limited' | 'degraded'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped'>()
     expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
     expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'bad-reply' | 'other'>()
   })

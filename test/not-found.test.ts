@@ -2,6 +2,7 @@ import { test } from 'tap'
 import Fastify from 'fastify'
 import rateLimit from '../lib/index.js'
 import { setupRedisApp } from './helpers/app.js'
+import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /*
  * `notFound`: the not-found handler is limited by a block, every 404 of the
@@ -52,4 +53,23 @@ test('without notFound, 404s are not limited; a bad notFound fails register', as
   }
   await t.rejects(async () => { await Fastify().register(rateLimit, { store: 'memory', notFound: 5 as never }) }, { code: 'FST_RRL_INVALID_OPTION', message: /notFound/ })
   await t.rejects(async () => { await Fastify().register(rateLimit, { store: 'memory', notFound: { limit: 0, window: '1m' } }) }, { code: 'FST_RRL_INVALID_BLOCK', message: /ANY \(not-found\).*limit/ })
+})
+
+test('in a child context, the not-found handler set in that context is limited; the parent\'s is not', async (t) => {
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  const redis = createClient(await getRedis())
+  t.teardown(() => { redis.disconnect() })
+  const prefix = uniquePrefix('nc')
+  await app.register(async (api) => {
+    await api.register(rateLimit, { redis, prefix, notFound: { limit: 1, window: '1h' }, defaultLimit: { limit: 5, window: '1h' } })
+    api.setNotFoundHandler(async (_request, reply) => await reply.code(404).send('no such api'))
+    api.get('/x', async () => 'x')
+  }, { prefix: '/api' })
+  await app.ready()
+  const statuses = []
+  for (const url of ['/api/nope', '/api/other', '/elsewhere', '/elsewhere']) statuses.push((await app.inject(url)).statusCode)
+  t.same(statuses, [404, 429, 404, 404])
+  const keys = await redis.keys(`${prefix}:*`)
+  if (keys.length > 0) await redis.del(...keys)
 })

@@ -24,6 +24,9 @@
  *                                                               runtime override: alice gets 500/min on /orders for 10 min, fleet-wide
  *   curl -i http://127.0.0.1:3000/admin/overrides -H 'x-admin: ops-alice'
  *   curl -i -X DELETE 'http://127.0.0.1:3000/admin/override?id=<id>&reason=done' -H 'x-admin: ops-alice'
+ *   curl -i http://127.0.0.1:3000/reports -H 'x-internal-token: demo-internal'   allowList: internal callers are never limited
+ *   curl -i http://127.0.0.1:3000/no-such-page                   notFound: 20 404s a minute per caller, then 429
+ * Refusals use a custom body (replyBuilder): the RFC 9457 fields plus a hint.
  * Every route also counts toward a fleet-wide 600/min per caller in shadow
  * mode (recorded, never enforced), the startup log prints the policy table,
  * and GET / shows the decisions seen on node:diagnostics_channel.
@@ -67,6 +70,7 @@ await app.register(fastifyJwt, { secret: process.env.JWT_SECRET ?? 'demo-only-se
 
 // A stand-in for real authentication: it runs before the limiter's hook.
 const DEMO_KEYS = new Set(['demo-key-1', 'demo-key-2'])
+const INTERNAL_TOKEN = 'demo-internal'
 const userOf = (req: FastifyRequest) => req.headers['x-user-id'] as string | undefined
 const validApiKey = (req: FastifyRequest) => {
   const key = req.headers['x-api-key']
@@ -95,7 +99,23 @@ await app.register(rateLimit, {
   printPolicies: true,
   // How many instances share the limits: each enforces limit / fleetSize on its own while Redis is down
   // (routes with onRedisError: 'local'). Set it to the smallest fleet you run.
-  fleetSize: Number(process.env.FLEET_SIZE ?? 2)
+  fleetSize: Number(process.env.FLEET_SIZE ?? 2),
+  // Never limited, no Redis call (counted as skipped): here a shared secret of internal callers.
+  // Addresses and ranges work too: allowList: ['10.0.0.0/8', '2001:db8::/32'].
+  allowList: (req) => req.headers['x-internal-token'] === INTERNAL_TOKEN,
+  // The 429/503 body: the RFC 9457 fields plus a hint. (useErrorHandler: true would hand it to setErrorHandler.)
+  replyBuilder: (req, refusal) => ({
+    headers: { 'content-type': 'application/problem+json' },
+    body: {
+      type: refusal.statusCode === 429 ? 'https://iana.org/assignments/http-problem-types#quota-exceeded' : 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
+      title: refusal.statusCode === 429 ? 'Too Many Requests' : 'Service Unavailable',
+      status: refusal.statusCode,
+      'violated-policies': refusal.violatedPolicies,
+      hint: `retry in ${refusal.retryAfter} s, or ask for the pro plan (x-plan: pro) on /feed`
+    }
+  }),
+  // Scanners' 404s: one bucket per caller for every URL that does not exist.
+  notFound: { limit: 20, window: '1m' }
 })
 
 // Every decision is published on node:diagnostics_channel (OpenTelemetry metrics too, where an SDK is registered).

@@ -7,7 +7,7 @@ import { headerQuota, policyItem, sfString } from './headers.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from './identity.js'
 import { keyMethod, keySuffix } from './keys.js'
 import type { BlockRun, Penalty } from './store.js'
-import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode } from './types.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode, SkipPredicate } from './types.js'
 import { choiceProblem, FAILURE_POLICIES, HOOKS, isCount, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /*
@@ -19,7 +19,7 @@ import { choiceProblem, FAILURE_POLICIES, HOOKS, isCount, isPolicyName, MODES, P
  */
 
 /** The fields a block may have (the README documents each; test/readme.test.ts checks). */
-export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit'])
+export const BLOCK_FIELDS: ReadonlySet<string> = new Set(['limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode', 'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip'])
 /** Policy names are at most this long (validate.ts); a derived one is cut to fit. */
 const MAX_NAME_LENGTH = 64
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
@@ -42,6 +42,8 @@ export interface CompiledBlock {
   mode: RateLimitMode
   onRedisError: FailurePolicy
   refundOn: RefundPredicate | undefined
+  /** `skip(request)`: true lets the request through unlimited (the whole route). */
+  skip: SkipPredicate | undefined
   /** Key suffix, e.g. `sw60000` (`.1` appended for a same-suffix sibling). */
   suffix: string
   identity: CompiledIdentity
@@ -223,6 +225,9 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   if (input.refundOn !== undefined && typeof input.refundOn !== 'function') fail('refundOn', `must be a function (reply) => boolean (got ${typeof input.refundOn})`)
   if (input.refundOn !== undefined && algorithm === 'sliding-log') fail('refundOn', 'is not supported by sliding-log (use fixed-window, sliding-window, token-bucket or gcra)')
 
+  if (input.skip !== undefined && typeof input.skip !== 'function') fail('skip', `must be a function (request) => boolean | Promise<boolean> (got ${typeof input.skip})`)
+  if (input.skip !== undefined && position.global) fail('skip', 'is decided by each route (a global block applies to every route; use the allowList option)')
+
   const method4key = keyMethod(method)
   const name = input.name ?? (position.global ? `global-${position.index}` : defaultName(method4key, url, position.index > 0 ? `-${position.index}` : ''))
   if (!isPolicyName(name)) fail('name', `must be ${POLICY_NAME_RULE} (got ${JSON.stringify(input.name)})`)
@@ -290,6 +295,7 @@ export function compileBlock (block: unknown, method: string | string[], url: st
     mode,
     onRedisError,
     refundOn: input.refundOn as RefundPredicate | undefined,
+    skip: input.skip as SkipPredicate | undefined,
     suffix: keySuffix(algorithm, windowMs),
     identity,
     bySpec: input.by as RateLimitBlock['by'],

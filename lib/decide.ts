@@ -81,7 +81,7 @@ export interface Evaluation {
 export interface Verdict {
   rejected: boolean
   binding: number
-  outcome: Outcome
+  outcome: Exclude<Outcome, 'skipped'>
   /** Enforced blocks that refused (names). */
   violated: string[]
   /** Shadow blocks that would have refused, when no enforced block did (names). */
@@ -132,7 +132,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     }
     if (!rejected && fewest === Infinity) binding = shadowBinding
   }
-  const outcome: Outcome = rejected ? (decisions[binding]?.penalized === true ? 'penalized' : 'limited') : shadowBinding !== -1 ? 'shadow-limited' : 'allowed'
+  const outcome: Verdict['outcome'] = rejected ? (decisions[binding]?.penalized === true ? 'penalized' : 'limited') : shadowBinding !== -1 ? 'shadow-limited' : 'allowed'
   return { rejected, binding, outcome, violated, shadowViolated, latestRetryMs: latest }
 }
 
@@ -206,6 +206,22 @@ function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin
       durationMs,
       identityKinds: input.policy.identityKinds
     })
+  }
+}
+
+/**
+ * A request let through unlimited by `allowList` or a route's `skip`: no
+ * store call and no decision, but counted (`stats().skipped`) and published
+ * like one (outcome `skipped`, source `allow-list` or `skip`).
+ */
+export function recordSkip (runtime: Runtime, policy: CompiledPolicy, source: 'allow-list' | 'skip', startedAt: number): void {
+  runtime.stats.skipped++
+  const metrics = runtime.metrics
+  if (metrics === undefined && !decisionChannel.hasSubscribers) return
+  const durationMs = performance.now() - startedAt
+  metrics?.decision(policy.route, policy.name, 'skipped', durationMs)
+  if (decisionChannel.hasSubscribers) {
+    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome: 'skipped', violated: [], shadowViolated: [], tier: undefined, source, durationMs, identityKinds: [] })
   }
 }
 

@@ -125,3 +125,34 @@ export const FST_RRL_INVALID_API_CALL = createError(
   'fastify.rateLimit.%s: %s',
   500, TypeError
 )
+
+/** A skip predicate (`allowList` function or a block's `skip`) failed: logged once per burst, the request is limited as usual. */
+export const FST_RRL_SKIP_FAILED = createError(
+  'FST_RRL_SKIP_FAILED',
+  '%s for route %s threw, rejected, returned a non-boolean or did not settle in time; the request is limited as usual',
+  500
+)
+
+/** A `replyBuilder` threw: logged once per burst, the default problem+json reply is sent. */
+export const FST_RRL_REPLY_BUILDER_FAILED = createError(
+  'FST_RRL_REPLY_BUILDER_FAILED',
+  'replyBuilder threw for route %s; sending the default problem+json reply',
+  500
+)
+
+/**
+ * `useErrorHandler: true`: the refusals, handed to Fastify's error handler
+ * (`setErrorHandler`). `statusCode` 429 / 503, `rateLimit` carries the
+ * decision, `retryAfter` the seconds also sent in `Retry-After`.
+ */
+export const FST_RRL_RATE_LIMITED = createError(
+  'FST_RRL_RATE_LIMITED',
+  'Rate limit exceeded; retry in %s second(s)',
+  429
+)
+
+export const FST_RRL_LIMITER_UNAVAILABLE = createError(
+  'FST_RRL_LIMITER_UNAVAILABLE',
+  'The rate limiter is temporarily unavailable; retry in %s second(s)',
+  503
+)

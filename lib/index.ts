@@ -1,6 +1,6 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_INVALID_OPTION, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_MISSING_LIMIT, FST_RRL_NO_REDIS, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
 import { createApi, policyTable, PolicyRegistry, summarize } from './api.js'
 import { CircuitBreaker } from './circuit-breaker.js'
 import { DenyCache } from './deny-cache.js'
@@ -16,10 +16,11 @@ import { Overrides } from './overrides.js'
 import { overridesKey } from './keys.js'
 import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledPolicy } from './policy.js'
 import { RedisStore } from './redis-store.js'
+import { createRefuse } from './replies.js'
 import { createRefundHook, createRouteHook, type RouteRuntime } from './route-hooks.js'
-import { unseenRoutes, type RouteEntry } from './routes.js'
+import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './routes.js'
 import type { Store } from './store.js'
-import type { PolicySummary, RateLimitPluginOptions } from './types.js'
+import type { PolicySummary, RateLimitBlock, RateLimitPluginOptions } from './types.js'
 
 export * from './types.js'
 export { ALGORITHMS } from './algorithm-types.js'
@@ -96,7 +97,11 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   const runtime: RouteRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0 },
+    allowList: options.allowList,
+    refuse: createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
+      runtime.badInput.report(request.log, { err: new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? '')), cause: error instanceof Error ? error.message : String(error) }, 'rate limit replyBuilder failed; sent the default reply')
+    }),
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
@@ -119,7 +124,12 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   if (fastify.hasDecorator(options.configKey)) {
     throw new FST_RRL_INVALID_OPTION('configKey', `names the decorator fastify.${options.configKey}, which is already taken: choose a free name`)
   }
-  fastify.decorateRequest('rateLimit', null)
+  // A registration in a context below another one's finds the request decorator there already.
+  if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  // Marks this context (and those below it) for the routes-before-plugin check at ready (routes.ts).
+  const scope = scopeMarker()
+  fastify.addHook('onTimeout', scope)
+  markContexts(fastify, scope)
 
   fastify.addHook('onRoute', (route) => {
     for (const method of methodsOf(route.method)) seen.push({ method, url: route.url })
@@ -155,10 +165,12 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     }
   })
 
+  if (options.notFound !== undefined) limitNotFound(fastify, options.notFound, context, globals, registry, summaries, runtime)
+
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () {
     checkConfigKey(this, options.configKey)
     if (undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, undeclared.join(', '))
-    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false }), seen))
+    const { preflight, others } = partitionUnseen(unseenRoutes(fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] }), seen, scope.name))
     if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
     if (preflight.length > 0) summaries.push({ method: 'OPTIONS', url: '*', limit: false, limits: [] })
     if (options.metrics) runtime.metrics = await loadMetrics()
@@ -179,6 +191,35 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     return { ...summary, limit: limits[0] ?? false, limits }
   })
   fastify.decorate(options.configKey, createApi(registry, runtime, fastify.log, copySummaries, runtime.overrides))
+}
+
+/** The key's route segment of every not-found request: no real route has this URL. */
+const NOT_FOUND_ROUTE = { method: 'ANY', url: '(not-found)' } as const
+
+/**
+ * `notFound`: the not-found handler of this context (Fastify runs a context's
+ * hooks for its 404s) is limited by these blocks, every 404 sharing one bucket
+ * per caller whatever its method and URL. The hook returns at once for
+ * requests that matched a route (callback style: no promise for them).
+ */
+function limitNotFound (fastify: FastifyInstance, declared: RateLimitBlock | RateLimitBlock[], context: CompileContext, globals: CompiledPolicy['blocks'], registry: PolicyRegistry, summaries: PolicySummary[], runtime: RouteRuntime): void {
+  const named = Array.isArray(declared)
+    ? declared.map((block, index) => ({ name: index === 0 ? 'not-found' : `not-found-${index}`, ...block }))
+    : { name: 'not-found', ...declared }
+  const policy = compilePolicy(named, NOT_FOUND_ROUTE.method, NOT_FOUND_ROUTE.url, context, false, globals)
+  const limits = policy.blocks.map((compiled) => summarize(compiled, false))
+  summaries.push({ method: NOT_FOUND_ROUTE.method, url: NOT_FOUND_ROUTE.url, limit: limits[0] ?? false, limits })
+  registry.add(`${NOT_FOUND_ROUTE.method} ${NOT_FOUND_ROUTE.url}`, policy)
+  for (const compiled of policy.blocks) if (!compiled.global) registry.add(compiled.name, policy)
+  const hook = createRouteHook(policy, runtime)
+  fastify.addHook(policy.needsBody ? 'preValidation' : 'onRequest', function rateLimitNotFound (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
+    if (!request.is404) {
+      done()
+      return
+    }
+    // A refusal was sent (or thrown to the error handler): the chain stops there.
+    hook(request, reply).then((sent) => { if (sent === undefined) done() }, done)
+  })
 }
 
 export const fastifyRedisRateLimit = fp(rateLimitPlugin, {

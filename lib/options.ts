@@ -1,11 +1,12 @@
 import type { FastifyRequest } from 'fastify'
+import { compileAllowList, type SkipPredicate } from './allow-list.js'
 import type { BreakerOptions } from './circuit-breaker.js'
 import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_OPTION } from './errors.js'
 import { DEFAULT_MAX_KEYS } from './memory-store.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './identity.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
-import type { FailurePolicy, HeaderMode, RateLimitBlock, RateLimitHook, RateLimitMode, RateLimitPluginOptions } from './types.js'
+import type { FailurePolicy, HeaderMode, ReplyBuilder, RateLimitBlock, RateLimitHook, RateLimitMode, RateLimitPluginOptions } from './types.js'
 import { choiceProblem, FAILURE_POLICIES, HOOKS, isPolicyName, MAX_IDENTITY_TIMEOUT_MS, MODES, POLICY_NAME_RULE, shown } from './validate.js'
 
 /** Plugin options after validation, with every default filled in. */
@@ -44,13 +45,19 @@ export interface ResolvedOptions {
   circuitBreaker: BreakerOptions | undefined
   /** The route config key read, and the name of the instance decorator. */
   configKey: string
+  /** undefined: no allow list. An array is compiled into a predicate on request.ip. */
+  allowList: SkipPredicate | undefined
+  replyBuilder: ReplyBuilder | undefined
+  useErrorHandler: boolean
+  /** The block(s) limiting the not-found handler; undefined: 404s are not limited. */
+  notFound: RateLimitBlock | RateLimitBlock[] | undefined
 }
 
 const MAX_DENY_CACHE = 1_000_000
 const MAX_GLOBAL_BLOCKS = 16
 
 /** Every plugin option (the README documents each; test/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout'])
+export const OPTION_NAMES: ReadonlySet<string> = new Set(['redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock', 'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder', 'useErrorHandler', 'notFound'])
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 const MAX_TIMEOUT_MS = 60_000
@@ -175,7 +182,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     if (!isPolicyName(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use ${POLICY_NAME_RULE}`)
   }
 
-  for (const flag of ['printPolicies', 'metrics', 'batchWrites'] as const) {
+  for (const flag of ['printPolicies', 'metrics', 'batchWrites', 'useErrorHandler'] as const) {
     if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new FST_RRL_INVALID_OPTION(flag, `must be true or false (got ${typeof options[flag]})`)
   }
 
@@ -189,7 +196,30 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${JSON.stringify(configKey) ?? typeof configKey})`)
   }
 
+  let allowList: SkipPredicate | undefined
+  if (typeof options.allowList === 'function') allowList = options.allowList as SkipPredicate
+  else if (Array.isArray(options.allowList)) {
+    const compiled = compileAllowList(options.allowList)
+    if (typeof compiled === 'string') throw new FST_RRL_INVALID_OPTION('allowList', compiled)
+    allowList = compiled
+  } else if (options.allowList !== undefined) {
+    throw new FST_RRL_INVALID_OPTION('allowList', `must be an array of IP addresses and CIDR ranges, or a function (request) => boolean | Promise<boolean> (got ${shown(options.allowList)})`)
+  }
+
+  const replyBuilder = options.replyBuilder
+  if (replyBuilder !== undefined && typeof replyBuilder !== 'function') throw new FST_RRL_INVALID_OPTION('replyBuilder', `must be a function (request, refusal) => { body, headers? } (got ${typeof replyBuilder})`)
+  if (replyBuilder !== undefined && options.useErrorHandler === true) throw new FST_RRL_INVALID_OPTION('replyBuilder', 'and useErrorHandler: true both shape refusals: choose one (with useErrorHandler, shape the reply in setErrorHandler)')
+
+  const notFound = options.notFound
+  if (notFound !== undefined && (notFound === null || typeof notFound !== 'object' || (Array.isArray(notFound) && notFound.length === 0))) {
+    throw new FST_RRL_INVALID_OPTION('notFound', 'must be a rate limit block like { limit: 30, window: \'1m\' } (or an array of blocks)')
+  }
+
   return {
+    allowList,
+    replyBuilder: replyBuilder as ReplyBuilder | undefined,
+    useErrorHandler: options.useErrorHandler === true,
+    notFound: notFound as RateLimitBlock | RateLimitBlock[] | undefined,
     store,
     redis: redis as ResolvedOptions['redis'],
     prefix,

@@ -5,7 +5,7 @@ import type { CompiledIdentity } from './identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from './keys.js'
 import { HOOKS } from './validate.js'
 import type { BlockRun } from './store.js'
-import type { FailurePolicy, RateLimitBlock, RateLimitHook } from './types.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from './types.js'
 
 export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
 export type { BlockRun } from './store.js'
@@ -43,6 +43,8 @@ export interface CompiledPolicy extends KeyLayout {
   stage: RateLimitHook
   /** Some block has a `requestLimit` function. */
   requestLimits: boolean
+  /** The `skip` predicates of the route's own blocks: any `true` lets a request through unlimited. */
+  skips: readonly SkipPredicate[]
   /** Some block has a refundOn predicate. */
   refunds: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
@@ -166,6 +168,7 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     needsBody,
     stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
     requestLimits: blocks.some((block) => block.requestLimit !== undefined),
+    skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
     refunds: blocks.some((block) => block.refundOn !== undefined),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]

@@ -1,13 +1,15 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { performance } from 'node:perf_hooks'
 import type { RawDecision } from './algorithm-types.js'
-import { evaluate, type Runtime } from './decide.js'
-import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED } from './errors.js'
+import { callPredicate, type SkipPredicate } from './allow-list.js'
+import { evaluate, recordSkip, type Evaluation, type Runtime } from './decide.js'
+import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from './errors.js'
 import type { HeaderWriter } from './headers.js'
 import { isThenable, settleWithin, type Settled } from './identity.js'
 import { assembleKeys } from './keys.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from './policy.js'
-import { sendQuotaExceeded, sendUnavailable } from './replies.js'
+import type { Refuse } from './replies.js'
 import type { BlockRun } from './store.js'
 import { isCost, isCount } from './validate.js'
 
@@ -17,13 +19,39 @@ import { isCost, isCount } from './validate.js'
  * a refusal; and the onResponse hook that gives units back (refundOn).
  */
 
-/** The decision runtime plus the header writer chosen for the plugin's `headers` option. */
+/** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
 export interface RouteRuntime extends Runtime {
   writeHeaders: HeaderWriter
   /** Runtime overrides of block limits (fastify.rateLimit.setOverride). */
   overrides: Overrides
   /** Milliseconds an async `tier` or `requestLimit` may take (plugin option identityTimeout). */
   identityTimeout: number
+  /** The plugin's `allowList`, as a predicate; undefined: none. */
+  allowList: SkipPredicate | undefined
+  refuse: Refuse
+}
+
+/**
+ * Whether `allowList` or one of the route's `skip`s lets the request through:
+ * the source that did, else undefined. Synchronous answers stay synchronous
+ * (no promise on the hot path); a failing predicate counts as "no".
+ */
+function skipSource (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime): 'allow-list' | 'skip' | undefined | Promise<'allow-list' | 'skip' | undefined> {
+  const checks: Array<['allow-list' | 'skip', SkipPredicate]> = []
+  if (runtime.allowList !== undefined) checks.push(['allow-list', runtime.allowList])
+  for (const skip of policy.skips) checks.push(['skip', skip])
+  const next = (index: number): 'allow-list' | 'skip' | undefined | Promise<'allow-list' | 'skip' | undefined> => {
+    for (let i = index; i < checks.length; i++) {
+      const [source, predicate] = checks[i] as ['allow-list' | 'skip', SkipPredicate]
+      const answer = callPredicate(predicate, request, (cause) => {
+        runtime.badInput.report(request.log, { err: new FST_RRL_SKIP_FAILED(source === 'skip' ? 'skip' : 'allowList', policy.route), cause, route: policy.route }, 'rate limit allowList or skip failed; the request is limited as usual')
+      })
+      if (answer === true) return source
+      if (answer !== false) return answer.then((yes) => yes ? source : next(i + 1))
+    }
+    return undefined
+  }
+  return next(0)
 }
 
 function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
@@ -213,8 +241,20 @@ export function createRefundHook (policy: CompiledPolicy, runtime: Runtime) {
 export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) {
   const { writeHeaders } = runtime
   const route = policy.route
+  const refuse = (request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply =>
+    runtime.refuse(request, reply, policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
+
+  const checksSkip = runtime.allowList !== undefined || policy.skips.length > 0
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    if (checksSkip) {
+      const startedAt = performance.now()
+      const source = await skipSource(policy, request, runtime)
+      if (source !== undefined) {
+        recordSkip(runtime, policy, source, startedAt)
+        return undefined
+      }
+    }
     // Tier, limits and keys start together; only what an async function made a promise is awaited.
     let tier = requestTier(policy, request, runtime)
     let limits = policy.requestLimits ? requestLimits(policy, request, runtime) : undefined
@@ -229,14 +269,14 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     request.rateLimit = evaluation.decision
     if (evaluation.decision.degraded) {
       // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
-      if (evaluation.source === 'local') return evaluation.rejected ? sendQuotaExceeded(request, reply, policy, evaluation.retrySeconds, evaluation.violated) : undefined
-      return evaluation.rejected ? sendUnavailable(request, reply, policy) : undefined
+      if (!evaluation.rejected) return undefined
+      return refuse(request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
     }
     writeHeaders(reply, policy, runs, evaluation.decisions, costs, evaluation.rejected, evaluation.binding)
     if (!evaluation.rejected) {
       if (policy.refunds) (request as unknown as Record<symbol, Charged>)[CHARGED] = { runs, keys, costs, decisions: evaluation.decisions, at: runtime.clock() }
       return undefined
     }
-    return sendQuotaExceeded(request, reply, policy, evaluation.retrySeconds, evaluation.violated)
+    return refuse(request, reply, evaluation, 429)
   }
 }

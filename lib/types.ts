@@ -68,7 +68,37 @@ export interface RateLimitBlock {
    * (logged once per burst). `burst` stays as declared, else follows the returned limit.
    */
   requestLimit?: (request: FastifyRequest) => number | undefined | Promise<number | undefined>
+  /**
+   * Requests for which this returns `true` are not limited by this route at
+   * all (every block of it, global ones included): no store call, counted as
+   * `skipped`. Sync or async (bounded at 250 ms; a throw, rejection,
+   * non-boolean or overrun means limited as usual, logged once per burst).
+   */
+  skip?: SkipPredicate
 }
+
+/** `allowList` as a function, and a block's `skip`: `true` lets the request through unlimited. */
+export type SkipPredicate = (request: FastifyRequest) => boolean | Promise<boolean>
+
+/** What a refusal hands to `replyBuilder` (and, as fields of the error, to the error handler). */
+export interface RateLimitRefusal {
+  /** 429 (over a limit) or 503 (the limiter is unavailable on a fail-closed route). */
+  statusCode: 429 | 503
+  /** Seconds sent in `Retry-After`. */
+  retryAfter: number
+  /** Names of the policies that refused the request (empty for a 503). */
+  violatedPolicies: string[]
+  /** The decision, as on `request.rateLimit`. */
+  decision: RateLimitDecision
+}
+
+/** What `replyBuilder` returns: the body (an object is sent as JSON) and headers added to the reply. */
+export interface RateLimitReply {
+  body: unknown
+  headers?: Record<string, string | number>
+}
+
+export type ReplyBuilder = (request: FastifyRequest, refusal: RateLimitRefusal) => RateLimitReply
 
 /** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */
 export interface RateLimitPenalty {
@@ -181,6 +211,23 @@ export interface RateLimitPluginOptions {
    * `declare module 'fastify'`.
    */
   configKey?: string
+  /**
+   * Requests never limited (no store call; counted as `skipped`): IP addresses
+   * and CIDR ranges matched against `request.ip` (IPv4-mapped IPv6 counts as
+   * IPv4), or a function, sync or async (bounded at 250 ms; a failure means
+   * limited as usual).
+   */
+  allowList?: string[] | SkipPredicate
+  /** Builds the body and headers of 429 and 503 refusals; default: RFC 9457 problem+json. */
+  replyBuilder?: ReplyBuilder
+  /**
+   * Hand refusals to Fastify's error handler (`setErrorHandler`) as coded
+   * errors (`FST_RRL_RATE_LIMITED` 429, `FST_RRL_LIMITER_UNAVAILABLE` 503) with
+   * `rateLimit` (the decision), `retryAfter` and `violatedPolicies`; `Retry-After` is still set. Default false.
+   */
+  useErrorHandler?: boolean
+  /** Limit the not-found handler with this block (or blocks): every 404 of this context shares one bucket per caller. */
+  notFound?: RateLimitBlock | RateLimitBlock[]
 }
 
 /** What a route may declare under the plugin's config key: a block, an array of blocks, or `false` to opt out. */
@@ -281,6 +328,8 @@ export interface RateLimitStats {
   refunded: number
   /** Refusals because the identity was serving a penalty, or started one (also counted in `limited`). */
   penalized: number
+  /** Requests let through unlimited by `allowList` or a route's `skip` (no store call). */
+  skipped: number
 }
 
 /** What `setOverride` takes. */

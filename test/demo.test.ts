@@ -67,6 +67,17 @@ for (const withRedis of [false, true]) {
       retries.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).headers['retry-after'])
     }
     t.equal(retries[1], '3600', 'login: the third refusal starts a one-hour penalty')
+    const refusal = await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })
+    t.match(JSON.parse(refusal.text), { status: 429, 'violated-policies': ['login'], hint: /retry in 3600 s/ }, 'the refusal body comes from replyBuilder')
+
+    const internal = await Promise.all(Array.from({ length: 8 }, async () => await call(demo.base, '/reports', { headers: { 'x-internal-token': 'demo-internal' } })))
+    t.same(internal.map((reply) => reply.status), Array(8).fill(200), 'allowList: internal callers are never limited')
+    t.equal(internal[0]?.headers.ratelimit, undefined, 'and get no quota headers')
+
+    const scanner = { 'x-user-id': `scanner-${Date.now()}` }
+    const missing = []
+    for (let i = 0; i < 21; i++) missing.push((await call(demo.base, `/no-such-page-${i}`, { headers: scanner })).status)
+    t.same([missing[0], missing[19], missing[20]], [404, 404, 429], 'notFound: the 21st 404 in a minute is refused')
 
     // A runtime override for one user (unique, short-lived, cleared: the shared Redis's 'demo' prefix sees it).
     const vip = `vip-${Date.now()}`
@@ -98,5 +109,6 @@ for (const withRedis of [false, true]) {
 
     const index = await call(demo.base, '/')
     t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')
+    t.equal(JSON.parse(index.text).stats.skipped, 8, 'skipped requests are counted')
   })
 }

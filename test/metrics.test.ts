@@ -128,3 +128,17 @@ test('each script call records its batch size and its latency; the event-loop de
   await new Promise((resolve) => setTimeout(resolve, 1100))
   t.ok(recorded.some((r) => r.name === METRICS.eventLoopDelay && r.value >= 0), 'event-loop delay sampled once a second')
 })
+
+test('skipped requests (allowList, skip) are counted as skipped on the channel and in OpenTelemetry', async (t) => {
+  recorded.length = 0
+  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const { app } = await setup(t, { allowList: (req) => req.headers['x-internal'] === 'yes' })
+  app.get('/k', { config: { rateLimit: { limit: 1, window: '1m', name: 'k', skip: async (req) => req.headers['x-admin'] === '1' } } }, async () => 'ok')
+  await app.ready()
+  await app.inject({ url: '/k', headers: { 'x-internal': 'yes' } })
+  await app.inject({ url: '/k', headers: { 'x-admin': '1' } })
+  t.same(messages.map((m) => [m.route, m.policy, m.outcome, m.source]), [['GET /k', 'k', 'skipped', 'allow-list'], ['GET /k', 'k', 'skipped', 'skip']])
+  const counted = recorded.filter((r) => r.name === METRICS.decisions)
+  t.same(counted.map((r) => r.attributes), [{ route: 'GET /k', policy: 'k', outcome: 'skipped' }, { route: 'GET /k', policy: 'k', outcome: 'skipped' }])
+  t.equal(app.rateLimit.stats().skipped, 2)
+})

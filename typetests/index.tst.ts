@@ -76,8 +76,12 @@ describe('the plugin', () => {
       clock: () => Date.now(),
       configKey: 'redisRateLimit',
       hook: 'preHandler',
-      identityTimeout: 100
+      identityTimeout: 100,
+      allowList: ['10.0.0.0/8', '2001:db8::1'],
+      replyBuilder: (request, refusal) => ({ body: { error: refusal.statusCode, path: request.url, policy: refusal.decision.policy }, headers: { 'x-retry': refusal.retryAfter } }),
+      notFound: [{ limit: 20, window: '1m' }]
     })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { allowList: async (request) => request.headers['x-internal'] === 'yes', useErrorHandler: true, notFound: { limit: 5, window: 1000 } })).type.not.toRaiseError()
     expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false, circuitBreaker: false, onRedisError: 'local' })).type.not.toRaiseError()
   })
 
@@ -117,6 +121,11 @@ describe('the plugin', () => {
     expect(app.register(rateLimit, { circuitBreaker: true })).type.toRaiseError()
     expect(app.register(rateLimit, { clock: Date.now() })).type.toRaiseError()
     expect(app.register(rateLimit, { configKey: false })).type.toRaiseError()
+    expect(app.register(rateLimit, { allowList: '10.0.0.1' })).type.toRaiseError()
+    expect(app.register(rateLimit, { allowList: (request: FastifyRequest) => 'yes' })).type.toRaiseError()
+    expect(app.register(rateLimit, { replyBuilder: () => 'body' })).type.toRaiseError()
+    expect(app.register(rateLimit, { useErrorHandler: 'yes' })).type.toRaiseError()
+    expect(app.register(rateLimit, { notFound: true })).type.toRaiseError()
     expect(app.register(rateLimit, { max: 100 })).type.toRaiseError()
     expect(app.register(rateLimit, { hook: 'onSend' })).type.toRaiseError()
     expect(app.register(rateLimit, { identityTimeout: '100ms' })).type.toRaiseError()
@@ -141,7 +150,8 @@ describe('route config: config.rateLimit', () => {
           mode: 'enforce',
           refundOn: (reply: FastifyReply) => reply.statusCode >= 500,
           penalty: { after: 3, for: '15m', backoff: 2, max: '1d' },
-          localLimit: 10
+          localLimit: 10,
+          skip: async (request) => request.headers['x-admin'] === '1'
         }
       }
     }, handler)).type.not.toRaiseError()
@@ -177,6 +187,7 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', refundOn: true } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', skip: true } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { max: 5, timeWindow: '1m' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: [{ limit: 5, window: '1m' }, false] } }, handler)).type.toRaiseError()
   })
@@ -245,7 +256,7 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped'>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
   })
 
@@ -253,7 +264,7 @@ describe('every exported type', () => {
     expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
     expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
     expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
-    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped'>()
     expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
     expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'overloaded' | 'circuit-open' | 'bad-reply' | 'script-error' | 'other'>()
   })

@@ -249,15 +249,17 @@ export class Dispatcher {
     }
     timer = setTimeout(onTimer, timeout)
 
+    // Any answer shows Redis is alive, also one to a call already abandoned (or its inert resend).
     const onReply = (reply: unknown): void => {
-      if (settled) return
       progress.lastAt = performance.now()
+      if (settled) return
       finish()
       this.#deliver(jobs, reply)
     }
     const onError = (error: unknown): void => {
+      // An error reply came from Redis; a connection error (closed, timed out by the client) did not.
+      if ((error as { name?: unknown } | null)?.name === 'ReplyError') progress.lastAt = performance.now()
       if (settled) return
-      progress.lastAt = performance.now()
       // An abandoned call is never retried: its decisions were already answered.
       if (isNoScript(error) && !timedOut && inert === INERT_SHA) {
         command = send('eval', this.#script.source)

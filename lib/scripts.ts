@@ -228,7 +228,7 @@ export function buildBatchScript (sources: Record<AlgorithmName, string> = readS
 ${algorithmFunctions(sources)}
 ${MULTI_DRIVER}
 ${PENALTY_FUNCTIONS}
-local STRIDE = ${MULTI_STRIDE + 1}
+local STRIDE = ${BATCH_STRIDE}
 local function runBlock (key, argv, b, mode, now)
   if string.sub(mode, 1, 1) == 'r' then
     return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, '2', string.sub(mode, 2) })

@@ -5,11 +5,10 @@
  * Against private redis-servers that the tests stop, hang and restart.
  */
 import { test, type Test } from 'tap'
-import diagnostics from 'node:diagnostics_channel'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { CHANNELS, type DecisionMessage, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
+import { buildApp, TestClock, listenChannel } from './helpers/app.js'
 import { pluginClient, startServer, waitFor, type ManagedServer } from './helpers/topologies.js'
 
 const LIMIT = 10
@@ -35,14 +34,6 @@ async function fleet (t: Test, server: ManagedServer, options: RateLimitPluginOp
   return members
 }
 
-function listen<T> (t: Test, channel: string): T[] {
-  const messages: T[] = []
-  const listener = (message: unknown): void => { messages.push(message as T) }
-  diagnostics.subscribe(channel, listener)
-  t.teardown(() => { diagnostics.unsubscribe(channel, listener) })
-  return messages
-}
-
 /** 20 requests from one identity to each instance; statuses per instance and the slowest answer. */
 async function flood (members: Instance[], id: string): Promise<{ admitted: number[], worstMs: number, refusal: { retryAfter: unknown, degraded: unknown } | undefined }> {
   const admitted: number[] = []
@@ -66,7 +57,7 @@ test('two instances, Redis stopped, hung, then back: each admits its share local
   const server = await startServer([], { label: 'local-limit' })
   t.teardown(async () => { server.resume(); await server.stop() })
   const members = await fleet(t, server)
-  const decisions = listen<DecisionMessage>(t, CHANNELS.decision)
+  const decisions = listenChannel<DecisionMessage>(t, CHANNELS.decision)
 
   const healthy = await flood(members, 'healthy')
   t.same(healthy.admitted, [LIMIT, 0], 'healthy: Redis holds the fleet-wide limit of 10')
@@ -113,7 +104,7 @@ test('the circuit breaker: open after 5 failures in a row, one probe after the c
   app.get('/x', { config: { rateLimit: { limit: 1000, window: '1h' } } }, async () => 'ok')
   await app.ready()
   t.teardown(async () => { await app.close(); redis.disconnect() })
-  const errors = listen<StoreErrorMessage>(t, CHANNELS.storeError)
+  const errors = listenChannel<StoreErrorMessage>(t, CHANNELS.storeError)
 
   server.pause()
   const causes = async (count: number): Promise<string[]> => {

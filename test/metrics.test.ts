@@ -5,11 +5,10 @@
  * and rejection logs once per identity per window.
  */
 import { test, type Test } from 'tap'
-import diagnostics from 'node:diagnostics_channel'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
 import { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from '../lib/index.js'
-import { buildApp, setupRedisApp } from './helpers/app.js'
+import { buildApp, setupRedisApp, listenChannel } from './helpers/app.js'
 import { freePort, uniquePrefix } from './helpers/redis.js'
 
 interface Recorded { name: string, value: number, attributes: Record<string, string> }
@@ -24,17 +23,9 @@ metrics.setGlobalMeterProvider(provider)
 
 const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}, serverOptions = {}) => await setupRedisApp(t, 'mx', options, serverOptions)
 
-function listen<T> (t: Test, name: string): T[] {
-  const messages: T[] = []
-  const listener = (message: unknown): void => { messages.push(message as T) }
-  diagnostics.subscribe(name, listener)
-  t.teardown(() => { diagnostics.unsubscribe(name, listener) })
-  return messages
-}
-
 test('every decision is published on the decision channel and counted by OpenTelemetry', async (t) => {
   recorded.length = 0
-  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const messages = listenChannel<DecisionMessage>(t, CHANNELS.decision)
   const { app } = await setup(t, { user: (req) => req.headers['x-user'] as string | undefined })
   app.get('/x', { config: { rateLimit: { limit: 1, window: '1m', name: 'x', by: 'user' } } }, async () => 'ok')
   app.get('/s', { config: { rateLimit: { limit: 1, window: '1m', name: 's', mode: 'shadow' } } }, async () => 'ok')
@@ -72,8 +63,8 @@ test('every decision is published on the decision channel and counted by OpenTel
 
 test('store failures: degraded decisions and errors by cause', async (t) => {
   recorded.length = 0
-  const decisions = listen<DecisionMessage>(t, CHANNELS.decision)
-  const errors = listen<StoreErrorMessage>(t, CHANNELS.storeError)
+  const decisions = listenChannel<DecisionMessage>(t, CHANNELS.decision)
+  const errors = listenChannel<StoreErrorMessage>(t, CHANNELS.storeError)
   const redis = new Redis({ port: await freePort(), lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
   redis.on('error', () => {})
   const app = await buildApp({ redis, prefix: uniquePrefix('mx') })
@@ -89,7 +80,7 @@ test('store failures: degraded decisions and errors by cause', async (t) => {
 
 test('metrics: false records nothing; the channel still publishes', async (t) => {
   recorded.length = 0
-  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const messages = listenChannel<DecisionMessage>(t, CHANNELS.decision)
   const { app } = await setup(t, { metrics: false })
   app.get('/x', { config: { rateLimit: { limit: 1, window: '1m' } } }, async () => 'ok')
   await app.ready()
@@ -131,7 +122,7 @@ test('each script call records its batch size and its latency; the event-loop de
 
 test('skipped requests (allowList, skip) are counted as skipped on the channel and in OpenTelemetry', async (t) => {
   recorded.length = 0
-  const messages = listen<DecisionMessage>(t, CHANNELS.decision)
+  const messages = listenChannel<DecisionMessage>(t, CHANNELS.decision)
   const { app } = await setup(t, { allowList: (req) => req.headers['x-internal'] === 'yes' })
   app.get('/k', { config: { rateLimit: { limit: 1, window: '1m', name: 'k', skip: async (req) => req.headers['x-admin'] === '1' } } }, async () => 'ok')
   await app.ready()

@@ -1,3 +1,4 @@
+import diagnostics from 'node:diagnostics_channel'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
@@ -84,4 +85,13 @@ export function testRun (block: { algorithm: AlgorithmName, limit: number, windo
     windowSeconds: Math.ceil(block.windowMs / 1000),
     penalty: block.penalty
   }
+}
+
+/** Every message published on a diagnostics channel during the test (unsubscribed at teardown). */
+export function listenChannel<T> (t: Test, channel: string): T[] {
+  const messages: T[] = []
+  const listener = (message: unknown): void => { messages.push(message as T) }
+  diagnostics.subscribe(channel, listener)
+  t.teardown(() => { diagnostics.unsubscribe(channel, listener) })
+  return messages
 }

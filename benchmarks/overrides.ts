@@ -7,10 +7,10 @@
  *   npx tsx benchmarks/overrides.ts [iterations]
  */
 import Fastify from 'fastify'
-import { Overrides } from '../lib/overrides.js'
-import { compilePolicy, runsForTier, type CompileContext } from '../lib/policy.js'
-import { assembleKeys, blockId } from '../lib/keys.js'
-import type { BlockRun } from '../lib/store.js'
+import { Overrides } from '../lib/api/overrides.js'
+import { compilePolicy, runsForTier, type CompileContext } from '../lib/policy/policy.js'
+import { assembleKeys, blockId } from '../lib/keys/layout.js'
+import type { BlockRun } from '../lib/store/port.js'
 
 const ITERATIONS = Number(process.argv[2] ?? 2_000_000)
 const ROUNDS = 7

@@ -7,7 +7,7 @@
  * an assertion.
  */
 import { Redis } from 'ioredis'
-import { RedisStore } from '../lib/redis-store.js'
+import { RedisStore } from '../lib/store/redis/store.js'
 import { testRun } from '../test/helpers/app.js'
 import { startServer } from '../test/helpers/topologies.js'
 const server = await startServer([], { label: 'pcost' })

@@ -125,7 +125,7 @@ async function memoryOf (client: Redis, admin: Redis, sha: string, algorithm: Al
 }
 
 // A non-literal specifier: the multi-limit builder may not exist in the lib/ being measured.
-const LIB_SCRIPTS: string = '../lib/scripts.js'
+const LIB_SCRIPTS: string = '../lib/store/redis/scripts.js'
 
 async function multiSource (): Promise<string | undefined> {
   try {

@@ -1,13 +1,13 @@
 import type { FastifyRequest } from 'fastify'
-import { compileAllowList, type SkipPredicate } from './allow-list.js'
-import type { BreakerOptions } from './circuit-breaker.js'
-import { parseWindow } from './duration.js'
+import { compileAllowList, type SkipPredicate } from './request/allow-list.js'
+import type { BreakerOptions } from './decide/circuit-breaker.js'
+import { parseWindow } from './policy/duration.js'
 import { FST_RRL_INVALID_OPTION } from './errors.js'
-import { DEFAULT_MAX_KEYS } from './memory-store.js'
-import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './identity.js'
-import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys.js'
+import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
+import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
+import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from './keys/layout.js'
 import type { FailurePolicy, HeaderMode, ReplyBuilder, RateLimitBlock, RateLimitHook, RateLimitMode, RateLimitPluginOptions } from './types.js'
-import { choiceProblem, FAILURE_POLICIES, HOOKS, isPolicyName, MAX_IDENTITY_TIMEOUT_MS, MODES, POLICY_NAME_RULE, shown } from './validate.js'
+import { choiceProblem, FAILURE_POLICIES, HOOKS, isPolicyName, MAX_IDENTITY_TIMEOUT_MS, MODES, POLICY_NAME_RULE, shown } from './policy/validate.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {

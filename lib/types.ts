@@ -1,10 +1,12 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
-import type { AlgorithmName } from './algorithm-types.js'
-import type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
+import type { AlgorithmName } from './store/algorithms.js'
 
-export type { AlgorithmName } from './algorithm-types.js'
-export type { IdentityFunction, IdentityPartSpec } from './identity-types.js'
+export type { AlgorithmName } from './store/algorithms.js'
+
+/** Sync, or async (awaited at most `identityTimeout` ms; a rejection or an overrun falls back to the client IP). */
+export type IdentityFunction = (request: FastifyRequest) => string | undefined | Promise<string | undefined>
+export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction
 
 export type FailurePolicy = 'open' | 'closed' | 'local'
 export type HeaderMode = 'ietf' | 'legacy' | 'both' | false

@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { buildApp, TestClock } from './helpers/app.js'
 import { createClient, privateRedis } from './helpers/redis.js'
-import { DenyCache } from '../lib/deny-cache.js'
+import { DenyCache } from '../lib/decide/deny-cache.js'
 
 const ok = async () => ({ ok: true })
 

@@ -3,7 +3,7 @@ import Fastify from 'fastify'
 import { Cluster, Redis } from 'ioredis'
 import rateLimit from '../lib/index.js'
 import { FST_RRL_EVICTION_POLICY } from '../lib/errors.js'
-import { evictsLimiterKeys } from '../lib/redis-store.js'
+import { evictsLimiterKeys } from '../lib/store/redis/store.js'
 import { startRedisServer } from './helpers/redis.js'
 import { startCluster, type ManagedServer } from './helpers/topologies.js'
 

@@ -11,10 +11,10 @@ import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, setupRedisApp, TestClock, testRun } from './helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
-import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/algorithm-types.js'
-import { compileGlobals, compilePolicy, type BlockRun, type CompileContext } from '../lib/policy.js'
-import { buildMultiScript } from '../lib/scripts.js'
-import { MemoryStore } from '../lib/memory-store.js'
+import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/store/algorithms.js'
+import { compileGlobals, compilePolicy, type BlockRun, type CompileContext } from '../lib/policy/policy.js'
+import { buildMultiScript } from '../lib/store/redis/scripts.js'
+import { MemoryStore } from '../lib/store/memory/store.js'
 
 const ok = async () => ({ ok: true })
 

@@ -5,7 +5,7 @@ import { Redis } from 'ioredis'
 import { Client } from 'undici'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
 import { FST_RRL_TRUST_PROXY_TRUE } from '../lib/errors.js'
-import { fastifyTrustProxy } from '../lib/ip.js'
+import { fastifyTrustProxy } from '../lib/keys/ip.js'
 import { buildApp, setupRedisApp } from './helpers/app.js'
 import { freePort, startRedisServer, uniquePrefix } from './helpers/redis.js'
 

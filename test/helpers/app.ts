@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import rateLimit, { ALGORITHMS, type AlgorithmName, type RateLimitPluginOptions } from '../../lib/index.js'
-import type { BlockRun, Penalty } from '../../lib/store.js'
+import type { BlockRun, Penalty } from '../../lib/store/port.js'
 import { createClient, getRedis, uniquePrefix } from './redis.js'
 
 /** A mutable test clock: scripts receive `now` instead of reading Redis TIME. */

@@ -1,0 +1,213 @@
+import type { FastifyBaseLogger } from 'fastify'
+import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
+import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
+import { assembleKeys, blockId } from '../keys/layout.js'
+import type { Overrides } from './overrides.js'
+import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
+import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity, RateLimitOverride, RateLimitOverrideInput } from '../types.js'
+import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
+import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
+
+/*
+ * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
+ * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`),
+ * by a block name (a route's or a global block's), or by a name from the
+ * `policies` option. A caller is named by a RateLimitIdentity: the values the
+ * target's `by` parts would read from a request (see types.ts).
+ */
+
+export function summarize (block: CompiledBlock, fromDefault: boolean): PolicyBlockSummary {
+  const { params } = block.base
+  return {
+    name: block.name,
+    algorithm: block.algorithm,
+    limit: params.limit,
+    windowMs: params.windowMs,
+    burst: params.burst,
+    by: [...block.by],
+    onRedisError: block.onRedisError,
+    fromDefault: fromDefault && !block.global,
+    mode: block.mode,
+    global: block.global,
+    tiers: block.tiers === undefined ? undefined : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
+    refunds: block.refundOn !== undefined
+  }
+}
+
+export class PolicyRegistry {
+  readonly #targets = new Map<string, CompiledPolicy | 'ambiguous'>()
+
+  /** Registers a target name; a name two policies claim can only be reached by route. */
+  add (name: string, policy: CompiledPolicy): void {
+    const known = this.#targets.get(name)
+    this.#targets.set(name, known === undefined || known === policy ? policy : 'ambiguous')
+  }
+
+  find (target: unknown, method: string): CompiledPolicy {
+    if (typeof target !== 'string') throw new FST_RRL_INVALID_API_CALL(method, `the target must be a string (got ${typeof target})`)
+    const policy = this.#targets.get(target)
+    if (policy === undefined) throw new FST_RRL_UNKNOWN_POLICY(JSON.stringify(target))
+    if (policy === 'ambiguous') throw new FST_RRL_INVALID_API_CALL(method, `${JSON.stringify(target)} names blocks of several routes: name the route instead ('GET /path')`)
+    return policy
+  }
+}
+
+function identityInput (identity: unknown, method: string): RateLimitIdentity {
+  if (identity === null || typeof identity !== 'object' || Array.isArray(identity)) {
+    throw new FST_RRL_INVALID_API_CALL(method, 'the identity must be an object like { ip: \'1.2.3.4\' } or { user: \'alice\' }')
+  }
+  const input = identity as Record<string, unknown>
+  for (const field of ['ip', 'user', 'apiKey', 'tier'] as const) {
+    if (input[field] !== undefined && typeof input[field] !== 'string') throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be a string (got ${typeof input[field]})`)
+  }
+  for (const field of ['headers', 'params', 'body'] as const) {
+    if (input[field] !== undefined && (input[field] === null || typeof input[field] !== 'object')) throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be an object`)
+  }
+  return input as RateLimitIdentity
+}
+
+function apiCost (cost: unknown, method: string): number {
+  if (cost === undefined) return 1
+  if (!isCost(cost)) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${shown(cost)})`)
+  return cost
+}
+
+/** The keys the target's blocks use for this caller: the same assembler as the route hook's (async function parts awaited, bounded). */
+async function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): Promise<string[]> {
+  return assembleKeys(policy, await Promise.all(policy.identities.map((compiled) => compiled.resolveInput(identity))))
+}
+
+/** The decision input for an API call: the caller's keys under the target's runs for its tier (and overrides). */
+async function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number, overrides: Overrides): Promise<DecisionInput> {
+  const keys = await apiKeys(policy, identity)
+  const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
+  return { policy, runs, keys, costs: runs.map(() => units) }
+}
+
+/** The block an override names: a block by name, else the route's (or policy's) one block of its own. */
+function overrideBlock (policy: CompiledPolicy, target: string): number {
+  const named = policy.blocks.findIndex((block) => block.name === target)
+  if (named !== -1) return named
+  const own = policy.blocks.filter((block) => !block.global)
+  if (own.length === 1) return policy.blocks.indexOf(own[0] as CompiledBlock)
+  throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
+}
+
+function changeText (value: unknown, field: string, method: string): string {
+  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
+  return value
+}
+
+/** What a listing shows of the caller: its kinds, with the ip and user values; secrets and free text never. */
+function shownIdentity (identity: RateLimitIdentity): Record<string, string> {
+  const shownFields: Record<string, string> = {}
+  for (const [field, value] of Object.entries(identity)) {
+    if (value === undefined) continue
+    shownFields[field] = field === 'ip' || field === 'user' || field === 'tier' ? String(value) : '(given)'
+  }
+  return shownFields
+}
+
+async function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput, now: number): Promise<RateLimitOverride> {
+  const method = 'setOverride'
+  if (input === null || typeof input !== 'object') throw new FST_RRL_INVALID_API_CALL(method, 'takes { target, limit, ttl, actor, reason, identity? }')
+  const policy = registry.find(input.target, method)
+  const index = overrideBlock(policy, input.target)
+  const block = policy.blocks[index] as CompiledBlock
+  const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  if (!isCount(input.limit, max)) throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
+  const ttl = input.ttl
+  if (ttl !== 'permanent' && !(Number.isSafeInteger(ttl) && ttl > 0)) throw new FST_RRL_INVALID_API_CALL(method, `ttl must be a positive number of milliseconds or 'permanent' (got ${shown(ttl)})`)
+  const actor = changeText(input.actor, 'actor', method)
+  const reason = changeText(input.reason, 'reason', method)
+  const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
+  const id = blockId(policy, index)
+  return {
+    id: identity === undefined ? id : (await apiKeys(policy, identity))[index] as string,
+    blockId: id,
+    block: block.name,
+    route: block.global ? '*' : policy.route,
+    identity: identity === undefined ? null : shownIdentity(identity),
+    limit: input.limit,
+    expiresAt: ttl === 'permanent' ? null : now + ttl,
+    actor,
+    reason,
+    setAt: now
+  }
+}
+
+/** policies() with the overrides in force: a block's own, and how many callers have one. */
+function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, overrides: Overrides): PolicySummary[] {
+  const current = overrides.current()
+  if (current.length === 0) return summaries
+  for (const summary of summaries) {
+    if (summary.limits.length === 0) continue
+    const policy = registry.find(`${summary.method.split(',')[0] as string} ${summary.url}`, 'policies')
+    summary.limits.forEach((limit, index) => {
+      const id = blockId(policy, index)
+      const own = current.find((record) => record.id === id)
+      if (own !== undefined) limit.override = own
+      const callers = current.filter((record) => record.blockId === id && record.id !== id).length
+      if (callers > 0) limit.identityOverrides = callers
+    })
+  }
+  return summaries
+}
+
+export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[], overrides: Overrides): RateLimitApi {
+  return {
+    policies: () => withOverrides(summaries(), registry, overrides),
+    stats: () => ({ ...runtime.stats }),
+    async peek (target, identity, cost) {
+      const policy = registry.find(target, 'peek')
+      return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
+    },
+    async reset (target, identity) {
+      const policy = registry.find(target, 'reset')
+      const keys = await apiKeys(policy, identityInput(identity, 'reset'))
+      // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
+      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
+      for (const key of own) runtime.denyCache?.delete(key)
+      await runtime.store.reset(own)
+    },
+    async consume (target, identity, cost) {
+      const policy = registry.find(target, 'consume')
+      const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
+      return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
+    },
+    async setOverride (input) {
+      const record = await overrideRecord(registry, input, runtime.clock())
+      await overrides.set(record)
+      return { ...record }
+    },
+    async listOverrides () {
+      await overrides.refresh()
+      return overrides.current()
+    },
+    async clearOverride (id, change) {
+      if (typeof id !== 'string') throw new FST_RRL_INVALID_API_CALL('clearOverride', `the id must be a string (got ${typeof id})`)
+      const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
+      return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
+    }
+  }
+}
+
+/** The startup table for `printPolicies: true`. */
+export function policyTable (summaries: PolicySummary[]): string {
+  const rows: string[][] = [['route', 'policy', 'algorithm', 'limit', 'window', 'burst', 'by', 'mode', 'on error']]
+  for (const summary of summaries) {
+    // Fastify's HEAD twin of a GET shares its limits and keys: one row is enough.
+    if (summary.method === 'HEAD' && summaries.some((other) => other.method === 'GET' && other.url === summary.url)) continue
+    const route = `${summary.method} ${summary.url}`
+    if (summary.limits.length === 0) {
+      rows.push([route, '(none: rateLimit false)', '', '', '', '', '', '', ''])
+      continue
+    }
+    for (const block of summary.limits) {
+      const limit = block.tiers === undefined ? String(block.limit) : Object.entries(block.tiers).map(([tier, values]) => `${tier}=${values.limit}`).join(' ')
+      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, `${block.windowMs}ms`, String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
+    }
+  }
+  const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))
+  return rows.map((row) => row.map((cell, column) => cell.padEnd(widths[column] as number)).join('  ').trimEnd()).join('\n')
+}

@@ -1,0 +1,187 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Cluster, Redis } from 'ioredis'
+import { headerQuota, policyItem } from '../reply/headers.js'
+import { blockId } from '../keys/layout.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { BlockRun } from '../store/port.js'
+import type { RateLimitOverride } from '../types.js'
+
+/*
+ * Runtime overrides of a block's `limit`, fleet-wide. One Redis hash per
+ * prefix (keys.ts overridesKey) holds one JSON record per override, under its
+ * id: the caller's key for one caller, the block's id (its key with `*` for
+ * the caller) for every caller. Every instance reads the whole hash every
+ * OVERRIDE_POLL_MS (one HGETALL, an unref'd timer), so a change made on any
+ * instance applies everywhere within that time; the instance that makes it
+ * applies it at once. The hash lives in one slot, so this works on a Cluster.
+ *
+ * Per request, `apply` costs nothing while no override is in force (one size
+ * check) and otherwise two Map lookups per block; an overridden run (limit,
+ * burst, script arguments, RateLimit-Policy item) is built once per override
+ * and base run, then reused. Keys do not change (they carry the window, never
+ * the limit), so a caller keeps its count under an override.
+ */
+
+export const OVERRIDE_POLL_MS = 1000
+
+type Client = Redis | Cluster
+
+/** Deletes an expired record only if nobody replaced it since it was read. */
+const DELETE_IF_SAME = "if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0"
+
+interface Entry {
+  record: RateLimitOverride
+  /** The stored JSON, so an unchanged record keeps its built runs across polls. */
+  json: string
+  /** Base run → the same run at the override's limit. */
+  runs: Map<BlockRun, BlockRun>
+}
+
+/** `run` at another limit: burst follows the limit where it equalled it (the default). */
+function overriddenRun (run: BlockRun, block: CompiledBlock, limit: number): BlockRun {
+  const { windowMs } = run.params
+  const burst = run.params.burst === run.params.limit ? limit : run.params.burst
+  const shown = headerQuota(limit, windowMs, burst, block.algorithm === 'token-bucket' || block.algorithm === 'gcra')
+  return {
+    ...run,
+    params: { limit, windowMs, burst },
+    scriptArgs: [String(limit), String(windowMs), String(burst)],
+    policyItem: policyItem(block.nameItem, shown.quota, shown.windowSeconds, run.tier),
+    quota: shown.quota,
+    windowSeconds: shown.windowSeconds
+  }
+}
+
+function parse (json: string): RateLimitOverride | undefined {
+  try {
+    const record = JSON.parse(json) as RateLimitOverride
+    return typeof record.limit === 'number' && typeof record.blockId === 'string' ? record : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Each policy's block ids, built once (a string built per request would be hashed per request). */
+const blockIds = new WeakMap<CompiledPolicy, string[]>()
+
+function idsOf (policy: CompiledPolicy): string[] {
+  let ids = blockIds.get(policy)
+  if (ids === undefined) {
+    ids = policy.blocks.map((_, index) => blockId(policy, index))
+    blockIds.set(policy, ids)
+  }
+  return ids
+}
+
+export class Overrides {
+  #entries = new Map<string, Entry>()
+  readonly #client: Client | undefined
+  readonly #key: string
+  readonly #clock: () => number
+  readonly #log: FastifyBaseLogger
+  #timer: NodeJS.Timeout | undefined
+  /** Local changes so far: a read that started before one is stale and dropped. */
+  #changes = 0
+
+  /** `client` undefined (the memory store): overrides live in this process only. */
+  constructor (client: Client | undefined, key: string, clock: () => number, log: FastifyBaseLogger) {
+    this.#client = client
+    this.#key = key
+    this.#clock = clock
+    this.#log = log
+  }
+
+  /**
+   * The runs a request decides with: `runs` itself while no override matches
+   * (so the precompiled header strings apply), else a copy with the
+   * overridden runs. A caller's own override wins over the block's.
+   */
+  apply (policy: CompiledPolicy, runs: readonly BlockRun[], keys: readonly string[]): readonly BlockRun[] {
+    const entries = this.#entries
+    if (entries.size === 0) return runs
+    let out: BlockRun[] | undefined
+    const ids = idsOf(policy)
+    for (let i = 0; i < runs.length; i++) {
+      const entry = entries.get(keys[i] as string) ?? entries.get(ids[i] as string)
+      if (entry === undefined) continue
+      const { expiresAt } = entry.record
+      if (expiresAt !== null && expiresAt <= this.#clock()) continue
+      const base = runs[i] as BlockRun
+      let run = entry.runs.get(base)
+      if (run === undefined) {
+        run = overriddenRun(base, policy.blocks[i] as CompiledBlock, entry.record.limit)
+        entry.runs.set(base, run)
+      }
+      out ??= [...runs]
+      out[i] = run
+    }
+    return out ?? runs
+  }
+
+  /** The overrides in force on this instance now. */
+  current (): RateLimitOverride[] {
+    const now = this.#clock()
+    const out: RateLimitOverride[] = []
+    for (const { record } of this.#entries.values()) if (record.expiresAt === null || record.expiresAt > now) out.push({ ...record })
+    return out
+  }
+
+  /** Reads the hash (Redis store) and replaces this instance's overrides; expired records are deleted. */
+  async refresh (): Promise<void> {
+    const client = this.#client
+    const now = this.#clock()
+    if (client === undefined) {
+      for (const [id, { record }] of this.#entries) if (record.expiresAt !== null && record.expiresAt <= now) this.#entries.delete(id)
+      return
+    }
+    const changes = this.#changes
+    const stored = await client.hgetall(this.#key)
+    if (changes !== this.#changes) return
+    const next = new Map<string, Entry>()
+    for (const [id, json] of Object.entries(stored)) {
+      const record = parse(json)
+      if (record === undefined) continue
+      if (record.expiresAt !== null && record.expiresAt <= now) {
+        client.eval(DELETE_IF_SAME, 1, this.#key, id, json).catch(() => {})
+        continue
+      }
+      const known = this.#entries.get(id)
+      next.set(id, known?.json === json ? known : { record, json, runs: new Map() })
+    }
+    this.#entries = next
+  }
+
+  /** Stores an override (replacing one with the same id), applies it here at once, logs the change. */
+  async set (record: RateLimitOverride): Promise<void> {
+    const json = JSON.stringify(record)
+    if (this.#client !== undefined) await this.#client.hset(this.#key, record.id, json)
+    this.#changes++
+    this.#entries = new Map(this.#entries).set(record.id, { record, json, runs: new Map() })
+    this.#log.info({ override: record, change: 'set', actor: record.actor, reason: record.reason, at: new Date(record.setAt).toISOString() }, 'rate limit override set')
+  }
+
+  /** Removes an override by id everywhere; false when there was none. Logs the change. */
+  async clear (id: string, actor: string, reason: string): Promise<boolean> {
+    const removed = this.#client === undefined ? this.#entries.has(id) : await this.#client.hdel(this.#key, id) === 1
+    this.#changes++
+    const next = new Map(this.#entries)
+    next.delete(id)
+    this.#entries = next
+    if (removed) this.#log.info({ override: { id }, change: 'clear', actor, reason, at: new Date(this.#clock()).toISOString() }, 'rate limit override cleared')
+    return removed
+  }
+
+  /** Reads now, then every OVERRIDE_POLL_MS (never keeping the process alive); a failed read keeps the last known overrides. */
+  start (): void {
+    const poll = (): void => {
+      this.refresh().catch((error: unknown) => { this.#log.debug({ cause: (error as Error).message }, 'rate limit overrides not read; keeping the last known') })
+    }
+    poll()
+    this.#timer = setInterval(poll, OVERRIDE_POLL_MS)
+    this.#timer.unref()
+  }
+
+  close (): void {
+    clearInterval(this.#timer)
+  }
+}

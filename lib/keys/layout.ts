@@ -1,0 +1,168 @@
+import { createHash, createHmac } from 'node:crypto'
+import type { AlgorithmName } from '../store/algorithms.js'
+
+/*
+ * The whole key layout, and the one place keys are assembled. Every key of
+ * one request shares one Redis Cluster hash tag:
+ *
+ *   - no globalLimits:  <prefix>:{<METHOD>:<route>|<identity>}:<suffix>
+ *   - with globalLimits, route block:  <prefix>:{<identity>}:<METHOD>:<route>:<suffix>
+ *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
+ *
+ * <suffix> is the algorithm's two letters and the window in ms (`sw60000`);
+ * a second block with the same algorithm and window on one route (or among
+ * the globals) gets `.<index>` appended. Limits and tiers are not part of a
+ * key, so changing a limit, or a caller changing tier, keeps the count.
+ * Blocks of one request that use different identities (`by`) cannot share a
+ * tag: each keeps its own (route blocks the first form, globals the third),
+ * which a single Redis or Sentinel accepts and a Redis Cluster refuses (so
+ * that combination is a startup error with a Cluster client).
+ *
+ * Key names are shared by old and new instances during a rolling deploy:
+ * nothing here may change a key for the same configuration.
+ *
+ * - The route and identity sit inside one hash tag, so every key of one
+ *   decision lands in one Redis Cluster slot, while different callers spread.
+ * - Nothing a client sends reaches a key verbatim: identity values are either
+ *   canonical IPs (hex digits, dots, colons, a slash) or base64url hashes, so no
+ *   `{`, `}` or separator from a client can move the hash tag or fake another key.
+ * - Route templates are percent-escaped (`%`, `{`, `}`, `|`), which keeps the
+ *   mapping one-to-one; anything over budget is replaced by `%H<hash>`, a form
+ *   the escaping can never produce.
+ * - Budgets keep every key within MAX_KEY_BYTES.
+ * - With `hashSecret`, identity values are hashed with HMAC-SHA256 keyed by it,
+ *   so a key name cannot be checked against guessed usernames or API keys.
+ */
+
+export const MAX_KEY_BYTES = 128
+export const MAX_PREFIX_LENGTH = 20
+const MAX_ROUTE_LENGTH = 44
+export const MAX_IDENTITY_LENGTH = 44
+const HASH_CHARS = 22 // 132 bits of SHA-256, base64url
+
+export function hashValue (value: string): string {
+  return createHash('sha256').update(value).digest('base64url').slice(0, HASH_CHARS)
+}
+
+/** Minimum `hashSecret` length: 128 bits. */
+export const MIN_SECRET_BYTES = 16
+
+export type ValueHasher = (value: string) => string
+
+/**
+ * The hash applied to identity values: SHA-256, or HMAC-SHA256 keyed with
+ * `secret` (same length, same alphabet). Chosen once per plugin instance.
+ */
+export function identityHasher (secret: Buffer | undefined): ValueHasher {
+  if (secret === undefined) return hashValue
+  const key = Buffer.from(secret) // a private copy: later changes to the caller's buffer change nothing
+  return (value) => createHmac('sha256', key).update(value).digest('base64url').slice(0, HASH_CHARS)
+}
+
+/** `%H` + hash: never produced by escapeRouteChars, so it cannot collide with a short form. */
+function hashedForm (value: string): string {
+  return '%H' + hashValue(value)
+}
+
+function escapeRouteChars (value: string): string {
+  return value.replace(/[%{}|]/g, (char) => '%' + char.charCodeAt(0).toString(16).toUpperCase())
+}
+
+/** `METHOD:/route/template`, escaped, hashed when it would not fit. Computed once per route. */
+export function routeSegment (method: string, url: string): string {
+  const escaped = `${method}:${escapeRouteChars(url)}`
+  return Buffer.byteLength(escaped) <= MAX_ROUTE_LENGTH ? escaped : hashedForm(escaped)
+}
+
+/** The part of a key before the identity; computed once per route. */
+export function keyHead (prefix: string, segment: string): string {
+  return `${prefix}:{${segment}|`
+}
+
+/** The part after the identity, outside the hash tag; computed once per block. */
+export function keyTail (suffix: string): string {
+  return `}:${suffix}`
+}
+
+/**
+ * Bounds an identity built from parts. Parts are ASCII (IPs, hashes, labels),
+ * so length equals bytes; a long combination is hashed as a whole.
+ */
+export function boundIdentity (identity: string): string {
+  return identity.length <= MAX_IDENTITY_LENGTH ? identity : hashedForm(identity)
+}
+
+/** The HEAD route Fastify adds for a GET shares the GET's bucket, and so does an explicit HEAD. */
+export function keyMethod (method: string | string[]): string {
+  if (Array.isArray(method)) return [...new Set(method.map(keyMethod))].sort().join(',')
+  const upper = method.toUpperCase()
+  return upper === 'HEAD' ? 'GET' : upper
+}
+
+const SUFFIX: Record<AlgorithmName, string> = {
+  'fixed-window': 'fw',
+  'sliding-window': 'sw',
+  'sliding-log': 'sl',
+  'token-bucket': 'tb',
+  gcra: 'gc'
+}
+
+/** A block's key suffix before sibling disambiguation: `sw60000`. */
+export function keySuffix (algorithm: AlgorithmName, windowMs: number): string {
+  return SUFFIX[algorithm] + windowMs
+}
+
+/** Gives same-suffix siblings distinct keys: the second `sw60000` becomes `sw60000.1`. */
+export function distinctSuffixes (blocks: ReadonlyArray<{ suffix: string }>): void {
+  const seen = new Set<string>()
+  blocks.forEach((block, index) => {
+    if (seen.has(block.suffix)) block.suffix = `${block.suffix}.${index}`
+    seen.add(block.suffix)
+  })
+}
+
+/** Where the keys of one policy come from: key i = heads[i] + identity[identityOf[i]] + tails[i]. */
+export interface KeyLayout {
+  keyHeads: readonly string[]
+  keyTails: readonly string[]
+  /** Block i's identity is the identityOf[i]-th resolved value. */
+  identityOf: readonly number[]
+}
+
+/**
+ * The layout of one policy's keys, computed once at startup. `route` is
+ * undefined for a policy of global blocks alone (they have no route).
+ */
+export function keyLayout (prefix: string, route: { method: string | string[], url: string } | undefined, blocks: ReadonlyArray<{ global: boolean, suffix: string }>, identityOf: readonly number[]): KeyLayout {
+  const segment = route === undefined ? '' : routeSegment(keyMethod(route.method), route.url)
+  const identityCount = Math.max(...identityOf) + 1
+  // With a global block and one identity, the identity alone is the tag, so route and global keys share a slot.
+  const tagByIdentity = blocks.some((block) => block.global) && identityCount === 1
+  return {
+    keyHeads: blocks.map((block) => block.global || tagByIdentity ? `${prefix}:{` : keyHead(prefix, segment)),
+    keyTails: blocks.map((block) => keyTail(block.global ? `*:${block.suffix}` : tagByIdentity ? `${segment}:${block.suffix}` : block.suffix)),
+    identityOf
+  }
+}
+
+/** One key per block, from the identities resolved for this request (one value per distinct identity). */
+export function assembleKeys (layout: KeyLayout, identities: readonly string[]): string[] {
+  const { keyHeads, keyTails, identityOf } = layout
+  const keys = new Array<string>(keyHeads.length)
+  for (let i = 0; i < keyHeads.length; i++) keys[i] = (keyHeads[i] as string) + (identities[identityOf[i] as number] as string) + (keyTails[i] as string)
+  return keys
+}
+
+/**
+ * Block i's id for runtime overrides: its key with `*` as the identity. No
+ * identity value is ever `*` (IPs, base64url hashes, labels), so it names the
+ * block and no caller; a global block's id is the same on every route.
+ */
+export function blockId (layout: KeyLayout, index: number): string {
+  return (layout.keyHeads[index] as string) + '*' + (layout.keyTails[index] as string)
+}
+
+/** The one hash of runtime overrides per prefix (outside any hash tag: one slot, read by every instance). */
+export function overridesKey (prefix: string): string {
+  return `${prefix}:overrides`
+}

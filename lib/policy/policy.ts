@@ -1,0 +1,196 @@
+import { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock } from './block.js'
+import { FST_RRL_INVALID_BLOCK } from '../errors.js'
+import { policyHeaderValue } from '../reply/headers.js'
+import type { CompiledIdentity } from '../keys/identity.js'
+import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
+import { HOOKS } from './validate.js'
+import type { BlockRun } from '../store/port.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from '../types.js'
+
+export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
+export type { BlockRun } from '../store/port.js'
+
+/*
+ * Composition: a route's policy is an ordered list of blocks, its own
+ * (`config.rateLimit`, one block or an array; block.ts compiles each) followed
+ * by the plugin's `globalLimits`. All blocks of one request are decided in one
+ * store call, all-or-nothing. Compilation happens once per route, at onRoute:
+ * the per-request path only reads the fields below (no parsing, no string
+ * building besides the key). The key layout is keys.ts's.
+ */
+
+/** Everything one route's requests need. */
+export interface CompiledPolicy extends KeyLayout {
+  /** `GET /orders/:id`, for logs and errors. */
+  route: string
+  /** The first block's name (the route's own policy). */
+  name: string
+  blocks: readonly CompiledBlock[]
+  /** The runs for requests without a tier (or of the fallback tier). */
+  runs: readonly BlockRun[]
+  /** Per tier name: the run of every block (only when some block has tiers). */
+  tierRuns: Map<string, readonly BlockRun[]> | undefined
+  /** The `RateLimit-Policy` value per run list (enforced blocks only); '' = send none. */
+  policyHeaders: Map<readonly BlockRun[], string>
+  /** One per distinct `by`; block i's is identities[identityOf[i]]. */
+  identities: readonly CompiledIdentity[]
+  onRedisError: FailurePolicy
+  fromDefault: boolean
+  /** Whether a 429 body may echo the request path (not when an identity comes from a path param). */
+  echoPath: boolean
+  needsBody: boolean
+  /** The stage the route's decision runs at (block `hook`, else the plugin's, raised to preValidation for a body part). */
+  stage: RateLimitHook
+  /** Some block has a `requestLimit` function. */
+  requestLimits: boolean
+  /** The `skip` predicates of the route's own blocks: any `true` lets a request through unlimited. */
+  skips: readonly SkipPredicate[]
+  /** Some block has a refundOn predicate. */
+  refunds: boolean
+  /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
+  allShadow: boolean
+  /** The identity kinds of every block (for logs and the decision channel): kinds, never values. */
+  identityKinds: string[]
+}
+
+const MAX_ROUTE_BLOCKS = 16
+
+/** Two `by` specs render the same identity for every request. */
+function sameBy (a: RateLimitBlock['by'], b: RateLimitBlock['by']): boolean {
+  if (a === undefined || b === undefined) return a === b
+  const x = Array.isArray(a) ? a : [a]
+  const y = Array.isArray(b) ? b : [b]
+  return x.length === y.length && x.every((part, index) => part === y[index])
+}
+
+/** Compiles `globalLimits` once; their blocks are shared by every route. */
+export function compileGlobals (input: unknown, context: CompileContext): CompiledBlock[] {
+  const list = input as unknown[]
+  const blocks = list.map((block, index) => compileBlock(block, '*', '*', context, false, { index, of: list.length, global: true }))
+  distinctSuffixes(blocks)
+  return blocks
+}
+
+/**
+ * Compiles a route's `config.rateLimit` (a block or an array of blocks) together
+ * with the global blocks into the route's policy.
+ */
+export function compilePolicy (declared: unknown, method: string | string[], url: string, context: CompileContext, fromDefault: boolean, globals: readonly CompiledBlock[] = []): CompiledPolicy {
+  const methodLabel = Array.isArray(method) ? method.join(',') : method
+  const route = `${methodLabel} ${url}`
+  const where = fromDefault ? `${route} (from defaultLimit)` : route
+  let own: CompiledBlock[]
+  if (declared === undefined && globals.length > 0) {
+    // No block of its own and no defaultLimit: the global blocks alone limit the route.
+    own = []
+  } else if (Array.isArray(declared)) {
+    if (declared.length === 0 || declared.length > MAX_ROUTE_BLOCKS) throw new FST_RRL_INVALID_BLOCK(where, 'rateLimit', `must be a block, an array of 1 to ${MAX_ROUTE_BLOCKS} blocks, or false (got ${declared.length} blocks)`)
+    own = declared.map((block, index) => compileBlock(block, method, url, context, fromDefault, { index, of: declared.length, global: false }))
+    const names = new Set<string>()
+    for (const block of own) {
+      if (names.has(block.name)) throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is used by two blocks of the route (names tell policies apart in headers)`)
+      names.add(block.name)
+    }
+    distinctSuffixes(own)
+  } else {
+    own = [compileBlock(declared, method, url, context, fromDefault, { index: 0, of: 1, global: false })]
+  }
+  for (const block of globals) {
+    if (own.some((mine) => mine.name === block.name)) throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
+  }
+  return assemblePolicy(route, where, { method, url }, own, globals, context, fromDefault)
+}
+
+/** A policy of one global block alone, for the programmatic API (`peek('global-0', ...)`). */
+export function globalPolicy (block: CompiledBlock, context: CompileContext): CompiledPolicy {
+  return assemblePolicy(block.origin, block.origin, undefined, [], [block], context, false)
+}
+
+/**
+ * The one assembler of a CompiledPolicy, for routes, named policies and a
+ * global block alone: identities, key layout, tier run lists, header values
+ * and the route-wide flags.
+ */
+function assemblePolicy (route: string, where: string, at: { method: string | string[], url: string } | undefined, own: readonly CompiledBlock[], globals: readonly CompiledBlock[], context: CompileContext, fromDefault: boolean): CompiledPolicy {
+  const blocks = [...own, ...globals]
+
+  // Identities: one per distinct `by`, resolved once per request.
+  const identities: CompiledIdentity[] = []
+  const specs: Array<RateLimitBlock['by']> = []
+  const identityOf = blocks.map((block) => {
+    const known = specs.findIndex((spec) => sameBy(spec, block.bySpec))
+    if (known !== -1) return known
+    specs.push(block.bySpec)
+    identities.push(block.identity)
+    return identities.length - 1
+  })
+  if (identities.length > 1 && context.cluster) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'by', `differs between the blocks of one request (${blocks.map((block) => `${block.origin}: ${block.by.join('+')}`).join('; ')}); with a Redis Cluster all keys of one request must share one hash tag, so every block of a route and every globalLimits block must use the same \`by\``)
+  }
+
+  const runs = blocks.map((block) => block.base)
+  const policyHeaders = new Map<readonly BlockRun[], string>([[runs, policyHeaderValue(runs)]])
+  let tierRuns: Map<string, readonly BlockRun[]> | undefined
+  if (blocks.some((block) => block.tiers !== undefined)) {
+    tierRuns = new Map()
+    const names = new Set<string>()
+    for (const block of blocks) for (const tier of block.tiers?.keys() ?? []) names.add(tier)
+    for (const tier of names) {
+      const list = blocks.map((block) => block.tiers?.get(tier) ?? block.tiers?.get(FALLBACK_TIER) ?? block.base)
+      tierRuns.set(tier, list)
+      policyHeaders.set(list, policyHeaderValue(list))
+    }
+  }
+
+  const first = (own[0] ?? globals[0]) as CompiledBlock
+  // Fail-closed wins: one block asking for it closes the route when the store fails; then 'local'.
+  const onRedisError: FailurePolicy = own.length === 0
+    ? context.onRedisError
+    : own.some((block) => block.onRedisError === 'closed') ? 'closed' : own.some((block) => block.onRedisError === 'local') ? 'local' : 'open'
+  if (onRedisError === 'local') {
+    // Every block of the route (its globals too) is decided by the local limiter then: each needs its share.
+    const without = blocks.filter((block) => block.base.local === undefined)
+    if (without.length > 0) throw new FST_RRL_INVALID_BLOCK(where, 'onRedisError', `is 'local', but ${without.map((block) => block.origin).join(', ')} has no local share: set localLimit on the block or the plugin option fleetSize`)
+  }
+  const needsBody = identities.some((identity) => identity.needsBody)
+  return {
+    route,
+    name: first.name,
+    blocks,
+    runs,
+    tierRuns,
+    policyHeaders,
+    identities,
+    ...keyLayout(context.prefix, at, blocks, identityOf),
+    onRedisError,
+    fromDefault,
+    echoPath: !identities.some((identity) => identity.usesParams),
+    needsBody,
+    stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
+    requestLimits: blocks.some((block) => block.requestLimit !== undefined),
+    skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
+    refunds: blocks.some((block) => block.refundOn !== undefined),
+    allShadow: blocks.every((block) => block.mode === 'shadow'),
+    identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]
+  }
+}
+
+/**
+ * The stage a route's decision runs at: the one its blocks name (all the same),
+ * else the plugin's. A body part needs the parsed body: the plugin's default is
+ * raised to preValidation; a block naming an earlier stage is a startup error.
+ */
+function routeStage (where: string, own: readonly CompiledBlock[], pluginHook: RateLimitHook, needsBody: boolean): RateLimitHook {
+  const named = [...new Set(own.map((block) => block.hook).filter((hook) => hook !== undefined))]
+  if (named.length > 1) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  const stage = named[0] ?? pluginHook
+  if (!needsBody || HOOKS.indexOf(stage) >= HOOKS.indexOf('preValidation')) return stage
+  if (named[0] !== undefined) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  return 'preValidation'
+}
+
+/** The runs for a request's tier (the fallback tier when it has none or an unknown one). */
+export function runsForTier (policy: CompiledPolicy, tier: string | undefined): readonly BlockRun[] {
+  if (policy.tierRuns === undefined || tier === undefined) return policy.runs
+  return policy.tierRuns.get(tier) ?? policy.runs
+}

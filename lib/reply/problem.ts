@@ -1,0 +1,89 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
+import { FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
+import type { RateLimitRefusal, ReplyBuilder } from '../types.js'
+
+/*
+ * RFC 9457 problem details for the two refusals. No Redis error text and no
+ * identity value ever reaches a client: bodies are built from the policy and
+ * the request path only (the route template when the identity is a path param).
+ * The plugin may instead build refusals with the user's `replyBuilder`, or
+ * hand them to Fastify's error handler as coded errors (`useErrorHandler`).
+ */
+
+const PROBLEM_TYPE = 'application/problem+json'
+export const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
+export const TEMPORARY_REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity'
+
+/** What a reply reads from a compiled policy. */
+export interface ReplySource {
+  /** Whether a body may echo the request path (not when an identity comes from a path param). */
+  echoPath: boolean
+}
+
+function instanceOf (request: FastifyRequest, policy: ReplySource): string {
+  if (!policy.echoPath) return request.routeOptions.url ?? '/'
+  const query = request.url.indexOf('?')
+  return query === -1 ? request.url : request.url.slice(0, query)
+}
+
+// The constant part of every 429 body, serialised once: a flood of refusals is the hot path here.
+const QUOTA_BODY_HEAD = `{"type":${JSON.stringify(QUOTA_EXCEEDED)},"title":"Too Many Requests","status":429,"detail":"Rate limit exceeded; retry in `
+
+/** `violated` names every enforced policy that refused the request. */
+export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, retrySeconds: number, violated: string[]): FastifyReply {
+  reply.code(429).header('retry-after', retrySeconds).type(PROBLEM_TYPE)
+  return reply.send(QUOTA_BODY_HEAD + retrySeconds + (retrySeconds === 1 ? ' second.' : ' seconds.') +
+    '","instance":' + JSON.stringify(instanceOf(request, policy)) +
+    ',"violated-policies":' + JSON.stringify(violated) + '}')
+}
+
+export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: ReplySource): FastifyReply {
+  reply.code(503).header('retry-after', UNAVAILABLE_RETRY_SECONDS).type(PROBLEM_TYPE)
+  return reply.send(JSON.stringify({
+    type: TEMPORARY_REDUCED_CAPACITY,
+    title: 'Service Unavailable',
+    status: 503,
+    detail: 'The rate limiter is temporarily unavailable; retry shortly.',
+    instance: instanceOf(request, policy)
+  }))
+}
+
+/** Sends (or, with useErrorHandler, throws) one refusal. Retry-After is always set. */
+export type Refuse = (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, refusal: RateLimitRefusal) => FastifyReply
+
+function sendDefault (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, refusal: RateLimitRefusal): FastifyReply {
+  return refusal.statusCode === 429
+    ? sendQuotaExceeded(request, reply, policy, refusal.retryAfter, refusal.violatedPolicies)
+    : sendUnavailable(request, reply, policy)
+}
+
+/**
+ * The refusal path chosen by the plugin options: the problem+json default, a
+ * `replyBuilder` (falling back to the default when it throws or returns no
+ * object, reported through `onBuilderError`), or a coded error for Fastify's
+ * error handler carrying the decision.
+ */
+export function createRefuse (replyBuilder: ReplyBuilder | undefined, useErrorHandler: boolean, onBuilderError: (request: FastifyRequest, error: unknown) => void): Refuse {
+  if (useErrorHandler) {
+    return function refuseWithError (_request, reply, _policy, refusal) {
+      reply.header('retry-after', refusal.retryAfter)
+      const error = refusal.statusCode === 429 ? new FST_RRL_RATE_LIMITED(refusal.retryAfter) : new FST_RRL_LIMITER_UNAVAILABLE(refusal.retryAfter)
+      throw Object.assign(error, { rateLimit: refusal.decision, retryAfter: refusal.retryAfter, violatedPolicies: refusal.violatedPolicies })
+    }
+  }
+  if (replyBuilder === undefined) return sendDefault
+  return function refuseWithBuilder (request, reply, policy, refusal) {
+    let built: ReturnType<ReplyBuilder>
+    try {
+      built = replyBuilder(request, refusal)
+      if (built === null || typeof built !== 'object') throw new TypeError(`returned ${built === null ? 'null' : typeof built}, not { body, headers? }`)
+    } catch (error) {
+      onBuilderError(request, error)
+      return sendDefault(request, reply, policy, refusal)
+    }
+    reply.code(refusal.statusCode).header('retry-after', refusal.retryAfter)
+    if (built.headers !== undefined) reply.headers(built.headers)
+    return reply.send(built.body)
+  }
+}

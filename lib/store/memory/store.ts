@@ -1,0 +1,197 @@
+import type { RawDecision } from '../algorithms.js'
+import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
+import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store } from '../port.js'
+
+interface Entry {
+  state: unknown
+  expiresAt: number
+}
+
+const SWEEP_INTERVAL_MS = 10_000
+/** The default bound on stored keys (`maxKeys`). */
+export const DEFAULT_MAX_KEYS = 100_000
+
+/** A penalty key's state, as the batch script stores "until:offences:refusals:windowIndex". */
+interface PenaltyState { until: number, offences: number, refusals: number, index: number }
+
+/** The penalty after `offences` offences: forMs, times backoff per further offence, capped (as the script computes it). */
+function penaltyLength (penalty: Penalty, offences: number): number {
+  if (offences < 1) return 0
+  let length = penalty.forMs
+  for (let k = 2; k <= offences; k++) length = Math.min(penalty.maxMs, length * penalty.backoff)
+  return Math.floor(Math.min(penalty.maxMs, length))
+}
+
+/*
+ * The same five algorithms in one process (memory-algorithms.ts): for a single
+ * instance, for the demo without Redis, and as the reference model the Lua
+ * scripts are tested against. Several blocks are decided all-or-nothing, as
+ * the multi script does: every step is computed first, and states are stored
+ * only when every enforced block admits. Penalties follow the batch script
+ * (PENALTY_FUNCTIONS in scripts.ts) step for step. Expired entries are swept on
+ * a timer that never keeps the process alive, and at most `maxKeys` keys are
+ * kept: the least recently used goes first (its caller then starts afresh,
+ * which admits more than the limit would have: size maxKeys above the number of
+ * callers active within one window).
+ */
+export class MemoryStore implements Store {
+  readonly #entries = new Map<string, Entry>()
+  readonly #clock: () => number
+  readonly #sweeper: NodeJS.Timeout
+  readonly #maxKeys: number
+
+  constructor (clock: () => number = Date.now, maxKeys = DEFAULT_MAX_KEYS) {
+    this.#clock = clock
+    this.#maxKeys = maxKeys
+    this.#sweeper = setInterval(() => this.sweep(), SWEEP_INTERVAL_MS)
+    this.#sweeper.unref()
+  }
+
+  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
+    return Promise.resolve(this.decideNow(runs, keys, costs, mode === 'peek'))
+  }
+
+  /** The live state of a key, marked as recently used; undefined when absent or expired. */
+  #read (key: string, now: number): unknown {
+    const entry = this.#entries.get(key)
+    if (entry === undefined) return undefined
+    if (entry.expiresAt <= now) {
+      this.#entries.delete(key)
+      return undefined
+    }
+    // Map order is recency order: move the key to the end.
+    this.#entries.delete(key)
+    this.#entries.set(key, entry)
+    return entry.state
+  }
+
+  #write (key: string, state: unknown, expiresAt: number): void {
+    this.#entries.delete(key)
+    this.#entries.set(key, { state, expiresAt })
+    if (this.#entries.size > this.#maxKeys) {
+      const oldest = this.#entries.keys().next().value
+      if (oldest !== undefined) this.#entries.delete(oldest)
+    }
+  }
+
+  /** The model's synchronous entry (property tests drive it with their own `now`); `dry` is a peek. */
+  decideNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean, now: number = this.#clock()): RawDecision[] {
+    const blocked = this.#penalized(runs, keys, now)
+    if (blocked !== undefined) {
+      return runs.map((run, i) => {
+        const wait = blocked[i]
+        if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, penalized: true }
+        return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now).decision
+      })
+    }
+    const steps: Array<MemoryStep<unknown>> = []
+    let admit = true
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      const step = memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now)
+      steps.push(step)
+      if (!step.decision.allowed && !run.shadow) admit = false
+    }
+    if (admit && !dry) {
+      for (let i = 0; i < runs.length; i++) {
+        const step = steps[i] as MemoryStep<unknown>
+        if (step.decision.allowed && step.state !== undefined) this.#write(keys[i] as string, step.state, now + step.ttlMs)
+      }
+    }
+    const decisions = steps.map((step) => step.decision)
+    if (!dry) {
+      for (let i = 0; i < runs.length; i++) {
+        const run = runs[i] as BlockRun
+        const decision = decisions[i] as RawDecision
+        if (run.penalty === undefined || run.shadow || decision.allowed) continue
+        const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, run.params.windowMs, now)
+        if (until !== undefined) {
+          const wait = until - now
+          decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), penalized: true }
+        }
+      }
+    }
+    return decisions
+  }
+
+  /** Per block, the ms left of a penalty the identity is serving; undefined when none is. */
+  #penalized (runs: readonly BlockRun[], keys: readonly string[], now: number): Array<number | undefined> | undefined {
+    let blocked: Array<number | undefined> | undefined
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      if (run.penalty === undefined || run.shadow) continue
+      const state = this.#read(penaltyKey(keys[i] as string), now) as PenaltyState | undefined
+      if (state !== undefined && state.until > now) {
+        blocked ??= new Array<number | undefined>(runs.length)
+        blocked[i] = state.until - now
+      }
+    }
+    return blocked
+  }
+
+  /** Counts one refusal; returns the penalty's end when this refusal starts one. */
+  #refused (key: string, penalty: Penalty, windowMs: number, now: number): number | undefined {
+    const state = (this.#read(key, now) as PenaltyState | undefined) ?? { until: 0, offences: 0, refusals: 0, index: -1 }
+    const index = Math.floor(now / windowMs)
+    let { until, offences, refusals } = state
+    if (state.index !== index) refusals = 0
+    refusals++
+    let last = penaltyLength(penalty, offences)
+    // Quiet for as long as the last penalty after it ended: the offences are forgotten.
+    if (offences > 0 && now >= until + last) {
+      offences = 0
+      last = 0
+    }
+    let started: number | undefined
+    if (refusals >= penalty.after) {
+      offences++
+      last = penaltyLength(penalty, offences)
+      until = now + last
+      refusals = 0
+      started = until
+    }
+    this.#write(key, { until, offences, refusals, index }, now + Math.max(windowMs, until - now + last))
+    return started
+  }
+
+  async refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
+    return this.refundNow(runs, keys, costs, elapsedMs)
+  }
+
+  refundNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number, now: number = this.#clock()): boolean[] {
+    return runs.map((run, i) => {
+      const key = keys[i] as string
+      const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
+      if (given === undefined) return false
+      if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
+      else this.#write(key, given.state, now + given.ttlMs)
+      return true
+    })
+  }
+
+  async reset (keys: readonly string[]): Promise<void> {
+    for (const key of keys) {
+      this.#entries.delete(key)
+      this.#entries.delete(penaltyKey(key))
+    }
+  }
+
+  /** Drops entries whose state no longer matters. */
+  sweep (): void {
+    const now = this.#clock()
+    for (const [key, entry] of this.#entries) {
+      if (entry.expiresAt <= now) this.#entries.delete(key)
+    }
+  }
+
+  get size (): number {
+    return this.#entries.size
+  }
+
+  async warmUp (): Promise<void> {}
+
+  close (): void {
+    clearInterval(this.#sweeper)
+    this.#entries.clear()
+  }
+}

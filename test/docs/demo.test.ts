@@ -1,0 +1,114 @@
+import { test } from 'tap'
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { request } from 'undici'
+import { freePort, getRedis } from '../helpers/redis.js'
+
+/** Starts `example/server.ts` the way `npm run demo` does, on a free port. */
+async function startDemo (env: Record<string, string>) {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['--import=tsx', 'example/server.ts'], {
+    cwd: new URL('../..', import.meta.url),
+    env: { ...process.env, REDIS_URL: '', ...env, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const deadline = Date.now() + 20_000
+  while (!output.includes('Server listening')) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`demo did not start:\n${output}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return {
+    base: `http://127.0.0.1:${port}`,
+    firstLine: () => JSON.parse(output.split('\n')[0] as string).msg as string,
+    stop: async () => {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await once(child, 'exit')
+    }
+  }
+}
+
+async function call (base: string, path: string, init: { method?: string, headers?: Record<string, string>, body?: string } = {}) {
+  const res = await request(base + path, { method: (init.method ?? 'GET') as 'GET', headers: init.headers, body: init.body })
+  const text = await res.body.text()
+  return { status: res.statusCode, headers: res.headers, text }
+}
+
+for (const withRedis of [false, true]) {
+  test(`npm run demo serves the documented routes ${withRedis ? 'with REDIS_URL' : 'with the memory store'}`, async (t) => {
+    const env: Record<string, string> = withRedis ? { REDIS_URL: (await getRedis()).url } : {}
+    const demo = await startDemo(env)
+    t.teardown(demo.stop)
+    t.match(demo.firstLine(), withRedis ? /use Redis at/ : /memory store/, 'the first log line says which store')
+
+    const health = await call(demo.base, '/health')
+    t.equal(health.status, 200)
+    t.equal(health.headers.ratelimit, undefined, 'health is opted out')
+
+    const order = await call(demo.base, '/orders/42', { headers: { 'x-user-id': `alice-${Date.now()}` } })
+    t.equal(order.status, 200)
+    t.equal(order.headers['ratelimit-policy'], '"orders";q=100;w=60')
+
+    const key = { 'x-api-key': 'demo-key-1', 'x-forwarded-for': 'ignored' }
+    // Concurrent, so a loaded machine's slow requests cannot let the bucket refill (10/s) in between.
+    const searches = await Promise.all(Array.from({ length: 25 }, async () => (await call(demo.base, '/search?q=redis', { headers: key })).status))
+    t.ok(searches.filter((s) => s === 429).length >= 1, 'the token bucket runs dry after its burst')
+
+    const username = `user-${Date.now()}`
+    const logins = []
+    for (let i = 0; i < 6; i++) {
+      logins.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).status)
+    }
+    t.same(logins, [200, 200, 200, 200, 200, 429], 'login: 5 per 15 minutes per IP and username')
+    const retries = []
+    for (let i = 0; i < 2; i++) {
+      retries.push((await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })).headers['retry-after'])
+    }
+    t.equal(retries[1], '3600', 'login: the third refusal starts a one-hour penalty')
+    const refusal = await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })
+    t.match(JSON.parse(refusal.text), { status: 429, 'violated-policies': ['login'], hint: /retry in 3600 s/ }, 'the refusal body comes from replyBuilder')
+
+    const internal = await Promise.all(Array.from({ length: 8 }, async () => await call(demo.base, '/reports', { headers: { 'x-internal-token': 'demo-internal' } })))
+    t.same(internal.map((reply) => reply.status), Array(8).fill(200), 'allowList: internal callers are never limited')
+    t.equal(internal[0]?.headers.ratelimit, undefined, 'and get no quota headers')
+
+    const scanner = { 'x-user-id': `scanner-${Date.now()}` }
+    const missing = []
+    for (let i = 0; i < 21; i++) missing.push((await call(demo.base, `/no-such-page-${i}`, { headers: scanner })).status)
+    t.same([missing[0], missing[19], missing[20]], [404, 404, 429], 'notFound: the 21st 404 in a minute is refused')
+
+    // A runtime override for one user (unique, short-lived, cleared: the shared Redis's 'demo' prefix sees it).
+    const vip = `vip-${Date.now()}`
+    const admin = { 'x-admin': 'ops-test' }
+    t.equal((await call(demo.base, `/admin/override?user=${vip}&limit=500&ttl=60000&reason=test`, { method: 'POST' })).status, 401, 'overrides need the admin header')
+    const set = await call(demo.base, `/admin/override?user=${vip}&limit=500&ttl=60000&reason=test`, { method: 'POST', headers: admin })
+    t.equal(set.status, 200)
+    const record = JSON.parse(set.text) as { id: string, actor: string, limit: number }
+    t.match(record, { actor: 'ops-test', limit: 500 })
+    t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=500;w=60', 'the override is in the header')
+    t.ok(JSON.parse((await call(demo.base, '/admin/overrides', { headers: admin })).text).some((listed: { id: string }) => listed.id === record.id), 'listed')
+    t.same(JSON.parse((await call(demo.base, `/admin/override?id=${encodeURIComponent(record.id)}&reason=done`, { method: 'DELETE', headers: admin })).text), { cleared: true })
+    t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=100;w=60', 'cleared')
+
+    // Signed in: the limit runs after the preHandler that verifies the token, so users on one address are apart.
+    const token = async (user: string): Promise<string> => (await call(demo.base, `/token?user=${user}`, { method: 'POST' })).text
+    const suffix = Date.now()
+    const alice = { authorization: `Bearer ${await token(`alice-${suffix}`)}` }
+    const bob = { authorization: `Bearer ${await token(`bob-${suffix}`)}` }
+    const me = await call(demo.base, '/me', { headers: alice })
+    t.equal(me.status, 200)
+    t.equal(JSON.parse(me.text).user, `alice-${suffix}`)
+    t.equal(me.headers['ratelimit-policy'], '"me";q=5;w=60')
+    const mine = []
+    for (let i = 0; i < 5; i++) mine.push((await call(demo.base, '/me', { headers: alice })).status)
+    t.same(mine, [200, 200, 200, 200, 429], 'me: 5 per minute for alice')
+    t.equal((await call(demo.base, '/me', { headers: bob })).status, 200, 'me: bob, on the same address, has his own')
+    t.equal((await call(demo.base, '/me')).status, 401, 'me: no token, no entry')
+
+    const index = await call(demo.base, '/')
+    t.ok(JSON.parse(index.text).policies.length >= 6, 'the index lists the policies')
+    t.equal(JSON.parse(index.text).stats.skipped, 8, 'skipped requests are counted')
+  })
+}

@@ -1,0 +1,271 @@
+/**
+ * Property test: random arrival sequences (non-decreasing injected times,
+ * costs 1..3, random parameters within the documented bounds) go through the
+ * Lua script on a real Redis and through the TypeScript model; every step
+ * must give the same four numbers. Also checked at every step:
+ *   - the model fed stale (never expired) state decides exactly like the model
+ *     fed `undefined` once the state's ttl has passed (absent == expired);
+ *   - the TTL the script sets equals the model's ttlMs;
+ *   - a rejected request writes nothing;
+ *   - retryAfterMs is exact: on a copy of the state, the same request is
+ *     rejected at now + retryAfterMs - 1 and admitted at now + retryAfterMs
+ *     (on both sides);
+ * and over each whole sequence the algorithm's bound: fixed and sliding
+ * window never admit more than the limit in an aligned window, sliding-log
+ * never more than the limit in any trailing window, token-bucket and gcra
+ * never more than burst + floor(dt * limit / W) over any interval dt.
+ *
+ * One sequence is one EVAL: a wrapper runs the unmodified script body once per
+ * step (the file minus its shebang, as a Lua function) and copies the key for
+ * the probes. The wrapper records each TTL the script sets and lengthens it by
+ * a minute before it reaches Redis (Redis 7.0 expires keys by the real clock,
+ * even inside a script), so the Lua side never loses state to real time while
+ * the injected clock jumps around; the model side drops state when its ttl
+ * passes on the injected clock.
+ */
+import { test } from 'tap'
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import fc from 'fast-check'
+import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
+import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import {
+  ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS,
+  type AlgorithmName, type BlockParams, type RawDecision
+} from '../../lib/store/algorithms.js'
+
+const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 150)
+const MAX_STEPS = 40
+
+function harness (source: string): string {
+  const body = source.split('\n').slice(1).join('\n')
+  return `#!lua
+local realRedis = redis
+local calls = {}
+local redis = setmetatable({
+  call = function (...)
+    local a = { ... }
+    local cmd = string.upper(a[1])
+    local entry = cmd
+    -- The TTL the script asked for is recorded as is, then lengthened by a
+    -- minute before it reaches Redis: Redis 7.0 expires keys by the real clock
+    -- even inside one script, so a 1 ms TTL could vanish between two steps on a
+    -- loaded machine while the injected clock has not moved. Expiry only ever
+    -- drops state that no longer matters (the test checks stale == absent).
+    if cmd == 'SET' then
+      for j = 3, #a do
+        if string.upper(tostring(a[j])) == 'PX' then
+          entry = 'SET PX ' .. string.format('%d', a[j + 1])
+          a[j + 1] = tonumber(a[j + 1]) + 60000
+        end
+      end
+    elseif cmd == 'PEXPIRE' then
+      entry = 'PEXPIRE ' .. string.format('%d', a[3])
+      a[3] = tonumber(a[3]) + 60000
+    end
+    calls[#calls + 1] = entry
+    return realRedis.call(unpack(a))
+  end
+}, { __index = realRedis })
+local function algorithm (KEYS, ARGV)
+${body}
+end
+local limit, w, burst, capacity = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out = {}
+for i = 5, #ARGV, 2 do
+  local cost, now = ARGV[i], ARGV[i + 1]
+  calls = {}
+  local r = algorithm({ KEYS[1] }, { limit, w, burst, cost, now })
+  local row = { r[1], r[2], r[3], r[4], table.concat(calls, ',') }
+  if r[1] == 0 and tonumber(cost) <= capacity then
+    for _, delta in ipairs({ -1, 0 }) do
+      realRedis.call('DEL', KEYS[2])
+      realRedis.call('COPY', KEYS[1], KEYS[2])
+      local p = algorithm({ KEYS[2] }, { limit, w, burst, cost, string.format('%d', tonumber(now) + r[4] + delta) })
+      row[#row + 1] = { p[1], p[2], p[3], p[4] }
+    end
+  end
+  out[#out + 1] = row
+end
+realRedis.call('DEL', KEYS[1], KEYS[2])
+return out
+`
+}
+
+const harnesses = Object.fromEntries(ALGORITHMS.map((name) => [
+  name, harness(readFileSync(new URL(`../../scripts/${name}.lua`, import.meta.url), 'utf8'))
+])) as Record<AlgorithmName, string>
+
+interface Step { now: number, cost: number }
+interface Scenario { params: BlockParams, steps: Step[] }
+
+const smallOrBig = (small: number, mid: number, max: number): fc.Arbitrary<number> => fc.oneof(
+  { weight: 6, arbitrary: fc.integer({ min: 1, max: small }) },
+  { weight: 2, arbitrary: fc.integer({ min: 1, max: mid }) },
+  { weight: 1, arbitrary: fc.integer({ min: 1, max }) },
+  { weight: 1, arbitrary: fc.constant(max) }
+)
+
+function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
+  const maxLimit = algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  const hasBurst = algorithm === 'token-bucket' || algorithm === 'gcra'
+  return fc.record({
+    limit: smallOrBig(6, 100, maxLimit),
+    windowMs: fc.oneof(
+      { weight: 3, arbitrary: fc.integer({ min: 1, max: 20 }) },
+      { weight: 3, arbitrary: fc.integer({ min: 1, max: 10_000 }) },
+      { weight: 1, arbitrary: fc.integer({ min: 1, max: MAX_WINDOW_MS }) },
+      { weight: 1, arbitrary: fc.constant(MAX_WINDOW_MS) }
+    ),
+    burst: smallOrBig(6, 100, MAX_LIMIT),
+    start: fc.integer({ min: 0, max: 4_000_000_000_000 }),
+    moves: fc.array(fc.record({
+      kind: fc.integer({ min: 0, max: 4 }),
+      gap: fc.nat(),
+      cost: fc.integer({ min: 1, max: 3 })
+    }), { minLength: 1, maxLength: MAX_STEPS, size: 'max' })
+  }).map(({ limit, windowMs, burst, start, moves }) => {
+    const params = { limit, windowMs, burst: hasBurst ? burst : limit }
+    // gaps on the scales that matter: same ms, a few ms, one emission interval, a window, several windows
+    const interval = Math.ceil(windowMs / limit) + 2
+    let now = start
+    const steps = moves.map(({ kind, gap, cost }) => {
+      now += [0, gap % 3, gap % interval, gap % (windowMs + 2), gap % (3 * windowMs + 1)][kind] as number
+      return { now, cost }
+    })
+    return { params, steps }
+  })
+}
+
+type Row = [number, number, number, number, string, ...Array<[number, number, number, number]>]
+
+function fromLua (r: [number, number, number, number] | Row): RawDecision {
+  for (let i = 0; i < 4; i++) assert.ok(Number.isInteger(r[i]), `integer reply ${JSON.stringify(r)}`)
+  assert.ok(r[0] === 0 || r[0] === 1, 'allowed is 0 or 1')
+  return { allowed: r[0] === 1, remaining: r[1], resetMs: r[2], retryAfterMs: r[3] }
+}
+
+const freeze = <S>(s: S): S => (typeof s === 'object' && s !== null ? Object.freeze(s) : s)
+
+interface Tally { steps: number, rejected: number, probed: number, expired: number }
+
+function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: BlockParams, admitted: Step[]): void {
+  if (algorithm === 'fixed-window' || algorithm === 'sliding-window') {
+    const perWindow = new Map<number, number>()
+    for (const { now, cost } of admitted) {
+      const idx = Math.floor(now / w)
+      perWindow.set(idx, (perWindow.get(idx) ?? 0) + cost)
+    }
+    for (const [idx, sum] of perWindow) assert.ok(sum <= limit, `${sum} admitted in window ${idx}, limit ${limit}`)
+  } else if (algorithm === 'sliding-log') {
+    for (const { now: end } of admitted) {
+      let sum = 0
+      for (const { now, cost } of admitted) if (now > end - w && now <= end) sum += cost
+      assert.ok(sum <= limit, `${sum} admitted in the window ending at ${end}, limit ${limit}`)
+    }
+  } else {
+    for (let i = 0; i < admitted.length; i++) {
+      let sum = 0
+      for (let j = i; j < admitted.length; j++) {
+        sum += (admitted[j] as Step).cost
+        const dt = BigInt((admitted[j] as Step).now - (admitted[i] as Step).now)
+        const bound = BigInt(burst) + dt * BigInt(limit) / BigInt(w)
+        assert.ok(BigInt(sum) <= bound, `${sum} admitted over ${dt} ms, bound ${bound}`)
+      }
+    }
+  }
+}
+
+test('Lua scripts and the memory model agree on random sequences', async (t) => {
+  const server = await getRedis()
+  const client = createClient(server)
+  t.teardown(async () => { await client.quit() })
+  const prefix = uniquePrefix('prop')
+  let run = 0
+
+  for (const algorithm of ALGORITHMS) {
+    await t.test(algorithm, async (t) => {
+      const model = memoryAlgorithms[algorithm]
+      const tally: Tally = { steps: 0, rejected: 0, probed: 0, expired: 0 }
+
+      const property = fc.asyncProperty(scenarios(algorithm), async ({ params, steps }) => {
+        const { limit, windowMs: w, burst } = params
+        const capacity = algorithm === 'token-bucket' || algorithm === 'gcra' ? burst : limit
+        const tag = `${prefix}:{${algorithm}:${run++}}`
+        const args: Array<number | string> = [limit, w, burst, capacity]
+        for (const { cost, now } of steps) args.push(cost, now)
+        const rows = await client.eval(harnesses[algorithm], 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
+        assert.equal(rows.length, steps.length)
+
+        // the memory store: state dropped once its ttl has passed on the injected clock
+        let stored: { state: unknown, expiresAt: number } | undefined
+        // the same model with state that never expires: stale must equal absent
+        let stale: unknown
+        const live = (at: number): unknown => stored !== undefined && at < stored.expiresAt ? stored.state : undefined
+        const admitted: Step[] = []
+
+        steps.forEach(({ now, cost }, i) => {
+          const row = rows[i] as Row
+          const at = `step ${i} (cost ${cost} at +${now - (steps[0] as Step).now})`
+          const lua = fromLua(row)
+          const current = live(now)
+          if (current === undefined && stored !== undefined) tally.expired++
+          const m = model.step(freeze(current), params, cost, now)
+          assert.deepEqual(lua, m.decision, `${at}: lua and model decide alike`)
+          const s = model.step(freeze(stale), params, cost, now)
+          assert.deepEqual(s.decision, m.decision, `${at}: stale state decides like absent state`)
+
+          const d = m.decision
+          tally.steps++
+          assert.ok(d.remaining >= 0 && d.resetMs >= 0 && d.retryAfterMs >= 0, `${at}: no negative numbers`)
+          assert.equal(d.retryAfterMs === 0, d.allowed, `${at}: retryAfterMs is 0 exactly when admitted`)
+          if (cost > capacity) assert.deepEqual([d.allowed, d.retryAfterMs], [false, w], `${at}: cost above capacity`)
+
+          // what the script wrote, and the TTL it set
+          const calls = row[4] === '' ? [] : row[4].split(',')
+          const ttls = calls.filter((c) => /^(SET PX|PEXPIRE) /.test(c)).map((c) => Number(c.split(' ').pop()))
+          const wrote = calls.some((c) => /^(SET|ZADD|PEXPIRE)\b/.test(c))
+          assert.ok(!calls.includes('TIME'), `${at}: no TIME with an injected clock`)
+          if (d.allowed) {
+            assert.ok(m.state !== undefined, `${at}: the model stores a state when admitting`)
+            assert.equal(ttls.length, 1, `${at}: one TTL per admitted request (${row[4]})`)
+            assert.equal(ttls[0], m.ttlMs, `${at}: the script's TTL equals the model's ttlMs`)
+            assert.ok(m.ttlMs > 0, `${at}: positive TTL`)
+            admitted.push({ now, cost })
+          } else {
+            tally.rejected++
+            assert.ok(!wrote, `${at}: a rejected request writes nothing (${row[4]})`)
+            if (algorithm !== 'sliding-log') assert.equal(m.state, undefined, `${at}: the model keeps its state`)
+          }
+          const maxCalls = algorithm === 'sliding-log' ? 4 : (d.allowed ? 2 : 1)
+          assert.ok(calls.length <= maxCalls, `${at}: ${calls.length} redis.call (${row[4]})`)
+
+          if (m.state !== undefined) {
+            stored = m.ttlMs > 0 ? { state: m.state, expiresAt: now + m.ttlMs } : undefined
+          }
+          if (s.state !== undefined) stale = s.state
+
+          // retryAfterMs is exact, on copies of the state
+          if (!d.allowed && cost <= capacity) {
+            tally.probed++
+            const probes = row.slice(5) as Array<[number, number, number, number]>
+            assert.equal(probes.length, 2, `${at}: lua probed`)
+            const early = model.step(freeze(live(now + d.retryAfterMs - 1)), params, cost, now + d.retryAfterMs - 1)
+            const due = model.step(freeze(live(now + d.retryAfterMs)), params, cost, now + d.retryAfterMs)
+            assert.deepEqual(fromLua(probes[0] as [number, number, number, number]), early.decision, `${at}: probe at retryAfter - 1 agrees`)
+            assert.deepEqual(fromLua(probes[1] as [number, number, number, number]), due.decision, `${at}: probe at retryAfter agrees`)
+            assert.equal(early.decision.allowed, false, `${at}: still rejected 1 ms before retryAfterMs=${d.retryAfterMs}`)
+            assert.equal(due.decision.allowed, true, `${at}: admitted at retryAfterMs=${d.retryAfterMs}`)
+          }
+        })
+        checkBounds(algorithm, params, admitted)
+      })
+
+      await fc.assert(property, { numRuns: NUM_RUNS })
+      t.pass(`${NUM_RUNS} sequences, ${tally.steps} steps, ${tally.rejected} rejected, ${tally.probed} retryAfter probes, ${tally.expired} expired states`)
+      t.ok(tally.rejected > NUM_RUNS, 'the sequences reject often enough to matter')
+      t.ok(tally.probed > NUM_RUNS / 2, 'retryAfter was probed')
+      t.ok(tally.expired > 0, 'some states expired on the injected clock')
+    })
+  }
+})

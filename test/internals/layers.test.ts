@@ -1,0 +1,101 @@
+import { test } from 'tap'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { join, relative, resolve, dirname, sep } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+/*
+ * The folder rules of lib/ (CONTRIBUTING.md, "Architecture"): which tier may
+ * import which. An import that breaks a rule (the engine reaching for Fastify
+ * or presentation, a store for the policy compiler) fails here.
+ */
+
+const lib = fileURLToPath(new URL('../../lib/', import.meta.url))
+
+interface Import { from: string, to: string, typeOnly: boolean }
+
+function sources (dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name)
+    return statSync(path).isDirectory() ? sources(path) : name.endsWith('.ts') ? [path] : []
+  })
+}
+
+/** `store/redis/store.ts` → `store`; a top-level file is its own tier (`index`, `types`, …). */
+function tierOf (file: string): string {
+  const parts = relative(lib, file).split(sep)
+  return parts.length > 1 ? parts[0] as string : (parts[0] as string).replace(/\.ts$/, '')
+}
+
+const STATEMENT = /^(import|export)\s+(type\s+)?([^;]*?)\s+from\s+'([^']+)'/gm
+
+function importsOf (file: string): Import[] {
+  const text = readFileSync(file, 'utf8')
+  const out: Import[] = []
+  for (const [, , typeKeyword, clause, spec] of text.matchAll(STATEMENT)) {
+    const names = /\{([^}]*)\}/.exec(clause ?? '')?.[1]
+    const allTypes = names !== undefined && !/^\s*\w/.test((clause ?? '').replace(/\{[^}]*\}/, '').replace(/,/g, '')) &&
+      names.split(',').map((name) => name.trim()).filter(Boolean).every((name) => name.startsWith('type '))
+    const target = (spec as string).startsWith('.') ? resolve(dirname(file), (spec as string).replace(/\.js$/, '.ts')) : spec as string
+    out.push({ from: file, to: target, typeOnly: typeKeyword !== undefined || allTypes })
+  }
+  return out
+}
+
+/** Tiers each tier may import values from (itself always); type-only imports may also reach `types`. */
+const ALLOWED: Record<string, readonly string[]> = {
+  util: [],
+  errors: [],
+  diagnostics: ['util'],
+  store: ['util', 'errors'],
+  keys: ['util', 'errors', 'store'],
+  policy: ['util', 'errors', 'store', 'keys', 'reply'],
+  decide: ['util', 'errors', 'store', 'keys', 'policy', 'diagnostics'],
+  reply: ['util', 'errors', 'store', 'decide'],
+  request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'reply', 'diagnostics'],
+  api: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'reply', 'diagnostics'],
+  options: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'request'],
+  types: [],
+  index: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options', 'types']
+}
+/** Type-only imports a tier may make beyond its value imports (its contract's types). */
+const TYPES_ALSO: Record<string, readonly string[]> = {
+  store: ['types'],
+  keys: ['types'],
+  policy: ['types', 'decide'],
+  decide: ['types', 'reply'],
+  reply: ['types', 'policy'],
+  request: ['types', 'api'],
+  api: ['types', 'request'],
+  options: ['types'],
+  types: ['store', 'policy']
+}
+
+test('every lib module sits in a known tier and imports only what its tier may', async (t) => {
+  const files = sources(lib)
+  t.ok(files.length >= 25, `${files.length} modules in lib/`)
+  for (const file of files) {
+    const tier = tierOf(file)
+    t.ok(tier in ALLOWED, `${relative(lib, file)} is in a known tier (${tier})`)
+    for (const entry of importsOf(file)) {
+      if (!entry.to.startsWith(lib)) continue
+      const target = tierOf(entry.to)
+      if (target === tier) continue
+      const may = ALLOWED[tier]?.includes(target) === true || (entry.typeOnly && TYPES_ALSO[tier]?.includes(target) === true)
+      t.ok(may, `${relative(lib, file)} imports ${relative(lib, entry.to)}${entry.typeOnly ? ' (types)' : ''}`)
+    }
+  }
+})
+
+test('the decision engine and the stores import no Fastify value', async (t) => {
+  for (const file of sources(lib).filter((file) => ['decide', 'store', 'util'].includes(tierOf(file)))) {
+    for (const entry of importsOf(file)) {
+      if (entry.to === 'fastify' || entry.to === 'fastify-plugin') t.ok(entry.typeOnly, `${relative(lib, file)} imports ${entry.to} for types only`)
+    }
+  }
+})
+
+test('nothing imports the entry module', async (t) => {
+  for (const file of sources(lib)) {
+    for (const entry of importsOf(file)) t.not(entry.to, join(lib, 'index.ts'), `${relative(lib, file)} does not import index.ts`)
+  }
+})

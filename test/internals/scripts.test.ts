@@ -1,0 +1,238 @@
+/**
+ * Checks on the Lua files themselves: the Redis 7 shebang, keys reached only
+ * through KEYS[1], a TTL on every write (statically), and, on a real Redis,
+ * which commands each script actually calls on each path (a wrapper records
+ * every redis.call while running the unmodified script body).
+ */
+import { test } from 'tap'
+import { readFileSync, readdirSync } from 'node:fs'
+import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
+import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
+
+const dir = new URL('../../scripts/', import.meta.url)
+const sources = Object.fromEntries(ALGORITHMS.map((name) => [
+  name, readFileSync(new URL(`${name}.lua`, dir), 'utf8')
+])) as Record<AlgorithmName, string>
+
+/** Commands the scripts may use, by what they do to the key. */
+const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
+const REMOVALS = new Set(['ZREMRANGEBYSCORE', 'ZREMRANGEBYRANK', 'ZREM', 'DEL', 'UNLINK', 'HDEL'])
+const EXPIRES = new Set(['PEXPIRE', 'EXPIRE', 'PEXPIREAT'])
+const WRITES = new Set(['SET', 'ZADD', 'HSET', 'HMSET', 'HINCRBY', 'INCR', 'INCRBY', 'DECR', 'DECRBY', 'APPEND', 'SETRANGE', 'SADD', 'LPUSH', 'RPUSH', 'ZINCRBY'])
+const NO_KEY = new Set(['TIME'])
+
+/** Removes `--` comments (the scripts keep no `--` inside string literals). */
+function stripComments (src: string): string {
+  return src.split('\n').map((line) => line.replace(/--.*$/, '')).join('\n')
+}
+
+interface LuaCall { index: number, args: string[] }
+
+/** Every redis.call / redis.pcall with its top-level argument expressions. */
+function redisCalls (src: string): LuaCall[] {
+  const out: LuaCall[] = []
+  const re = /redis\.p?call\s*\(/g
+  let m: RegExpExecArray | null
+  while ((m = re.exec(src)) !== null) {
+    const args: string[] = []
+    let cur = ''
+    let depth = 1
+    let quote: string | null = null
+    for (let i = m.index + m[0].length; i < src.length; i++) {
+      const c = src[i] as string
+      if (quote !== null) {
+        cur += c
+        if (c === '\\') cur += src[++i] ?? ''
+        else if (c === quote) quote = null
+        continue
+      }
+      if (c === '"' || c === "'") quote = c
+      else if (c === '(' || c === '{' || c === '[') depth++
+      else if (c === ')' || c === '}' || c === ']') {
+        depth--
+        if (depth === 0) break
+      } else if (c === ',' && depth === 1) {
+        args.push(cur.trim())
+        cur = ''
+        continue
+      }
+      cur += c
+    }
+    args.push(cur.trim())
+    out.push({ index: m.index, args })
+  }
+  return out
+}
+
+function literal (expr: string | undefined): string | undefined {
+  const m = /^(['"])([A-Za-z]+)\1$/.exec(expr ?? '')
+  return m?.[2]?.toUpperCase()
+}
+
+test('the scripts directory holds one script per algorithm', async (t) => {
+  const files = readdirSync(dir).filter((f) => f.endsWith('.lua')).sort()
+  t.same(files, ALGORITHMS.map((a) => `${a}.lua`).sort())
+})
+
+for (const name of ALGORITHMS) {
+  test(`${name}.lua: static checks`, async (t) => {
+    const raw = sources[name]
+    const firstLine = raw.split('\n')[0] as string
+    t.match(firstLine, /^#!lua(\s|$)/, 'first line is the Redis 7 shebang')
+    t.notMatch(firstLine, /flags=/, 'no script flags needed')
+    t.notOk(raw.includes('allow-cross-slot-keys'), 'never allow-cross-slot-keys')
+
+    const src = stripComments(raw.split('\n').slice(1).join('\n'))
+    // KEYS[1] is the only key
+    const keyRefs = [...src.matchAll(/KEYS\s*\[\s*([^\]]*)\]/g)].map((m) => m[1])
+    t.ok(keyRefs.length > 0, 'uses KEYS[1]')
+    t.same([...new Set(keyRefs)], ['1'], 'only KEYS[1] is referenced')
+    const aliases = [...src.matchAll(/local\s+([A-Za-z_]\w*)\s*=\s*KEYS\s*\[\s*1\s*\]/g)].map((m) => m[1] as string)
+    for (const alias of aliases) {
+      const assignments = [...src.matchAll(new RegExp(`(^|[^\\w.])${alias}\\s*=(?!=)`, 'gm'))]
+      t.equal(assignments.length, 1, `the KEYS[1] alias "${alias}" is never reassigned`)
+    }
+    const isKey = (expr: string | undefined): boolean =>
+      expr !== undefined && (/^KEYS\s*\[\s*1\s*\]$/.test(expr) || aliases.includes(expr))
+
+    const calls = redisCalls(src)
+    t.ok(calls.length > 0, 'found redis.call sites')
+    let writes = 0
+    for (const call of calls) {
+      const cmd = literal(call.args[0])
+      t.ok(cmd !== undefined, `command name is a string literal: ${call.args[0]}`)
+      if (cmd === undefined) continue
+      const known = NO_KEY.has(cmd) || READS.has(cmd) || REMOVALS.has(cmd) || EXPIRES.has(cmd) || WRITES.has(cmd)
+      t.ok(known, `${cmd} is a command this test knows how to classify`)
+      if (NO_KEY.has(cmd)) continue
+      t.ok(isKey(call.args[1]), `${cmd}: the key argument ${call.args[1]} comes from KEYS[1]`)
+      for (const arg of call.args.slice(2)) {
+        t.notOk(/KEYS/.test(arg), `${cmd}: no key in a value position`)
+      }
+      if (cmd === 'SET') {
+        writes++
+        const px = call.args.findIndex((a) => literal(a) === 'PX')
+        t.ok(px > 1 && call.args[px + 1] !== undefined, 'SET carries PX <ms>')
+        t.notOk(call.args.some((a) => literal(a) === 'KEEPTTL'), 'no KEEPTTL')
+      } else if (WRITES.has(cmd)) {
+        writes++
+        // a PEXPIRE on the same key must follow before the script can return
+        const nextReturn = src.slice(call.index).search(/\breturn\b/)
+        const end = nextReturn < 0 ? src.length : call.index + nextReturn
+        const expiry = calls.find((c) => c.index > call.index && c.index < end &&
+          EXPIRES.has(literal(c.args[0]) ?? '') && c.args[1] === call.args[1])
+        t.ok(expiry !== undefined, `${cmd} is followed by an expiry on ${call.args[1]} before returning`)
+      }
+    }
+    t.ok(writes > 0, 'the script writes its state')
+    // TIME only when ARGV[5] is empty
+    const timeCalls = calls.filter((c) => literal(c.args[0]) === 'TIME')
+    t.equal(timeCalls.length, 1, 'one TIME call site')
+    const guard = src.search(/if\s+ARGV\[5\]\s*==\s*nil\s+or\s+ARGV\[5\]\s*==\s*''\s+then/)
+    const elseAt = src.indexOf('else', guard)
+    t.ok(guard >= 0 && (timeCalls[0]?.index ?? -1) > guard && (timeCalls[0]?.index ?? Infinity) < elseAt, 'TIME sits inside the empty-ARGV[5] branch')
+    t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
+  })
+}
+
+/**
+ * Wraps a script body in a function and runs it with a `redis` whose `call`
+ * records each command before passing it to the real one. The body is the
+ * file minus its shebang line, unchanged.
+ */
+function recordingHarness (source: string): string {
+  const body = source.split('\n').slice(1).join('\n')
+  return `#!lua
+local realRedis = redis
+local calls = {}
+local redis = setmetatable({
+  call = function (...)
+    local a = { ... }
+    calls[#calls + 1] = string.upper(a[1])
+    if string.upper(a[1]) == 'SET' then
+      for j = 3, #a do
+        if string.upper(tostring(a[j])) == 'PX' then calls[#calls] = 'SET PX ' .. string.format('%d', a[j + 1]) end
+      end
+    elseif string.upper(a[1]) == 'PEXPIRE' then
+      calls[#calls] = 'PEXPIRE ' .. string.format('%d', a[3])
+    end
+    return realRedis.call(...)
+  end
+}, { __index = realRedis })
+local function algorithm (KEYS, ARGV)
+${body}
+end
+local r = algorithm({ KEYS[1] }, ARGV)
+return { r[1], r[2], r[3], r[4], table.concat(calls, ',') }
+`
+}
+
+test('redis.call per path, on a real Redis', async (t) => {
+  const server = await getRedis()
+  const client = createClient(server)
+  t.teardown(async () => { await client.quit() })
+  const prefix = uniquePrefix('scr')
+  const W = 60_000
+  const B = Math.ceil(1_700_000_000_000 / W) * W
+  const keys: string[] = []
+  t.teardown(async () => { if (keys.length > 0) await client.del(...keys) })
+
+  const run = async (name: AlgorithmName, key: string, args: Array<number | string>): Promise<{ reply: number[], calls: string[] }> => {
+    const out = await client.eval(recordingHarness(sources[name]), 1, key, ...args) as unknown[]
+    return { reply: out.slice(0, 4) as number[], calls: String(out[4]).split(',') }
+  }
+
+  const simple: Array<[AlgorithmName, number]> = [['fixed-window', W - 1000], ['sliding-window', 2 * W - 1000], ['token-bucket', 6000], ['gcra', 6000]]
+  for (const [name, ttl] of simple) {
+    const key = `${prefix}:{${name}}`
+    keys.push(key)
+    // limit 10 / W, burst 1
+    const admit = await run(name, key, [10, W, 1, 1, B + 1000])
+    t.same(admit.calls, ['GET', `SET PX ${ttl}`], `${name}: admitted = GET + SET PX (2 calls)`)
+    t.equal(admit.reply[0], 1)
+    const reject = await run(name, key, [1, W, 1, 1, B + 1000])
+    t.same(reject.calls, ['GET'], `${name}: rejected = GET only (1 call)`)
+    t.equal(reject.reply[0], 0)
+    const clock = await run(name, `${key}:clock`, [10, W, 1, 1, ''])
+    keys.push(`${key}:clock`)
+    t.equal(clock.calls[0], 'TIME', `${name}: TIME first when now is empty`)
+    t.same(clock.calls.slice(1, 2), ['GET'])
+    t.match(clock.calls[2], /^SET PX \d+$/)
+    t.equal(clock.calls.length, 3, `${name}: 3 calls on the TIME path`)
+  }
+
+  const key = `${prefix}:{sliding-log}`
+  keys.push(key, `${key}:clock`)
+  const admit = await run('sliding-log', key, [3, W, 3, 1, B])
+  t.same(admit.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: admitted = 4 calls')
+  await run('sliding-log', key, [3, W, 3, 1, B + 1])
+  await run('sliding-log', key, [3, W, 3, 1, B + 2])
+  const reject = await run('sliding-log', key, [3, W, 3, 1, B + 3])
+  t.same(reject.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE'], 'sliding-log: rejected = 3 calls (retry and reset from one ZRANGE)')
+  t.same(reject.reply, [0, 0, W - 1, W - 3])
+  const tooBig = await run('sliding-log', key, [3, W, 3, 4, B + 3])
+  t.same(tooBig.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE'], 'sliding-log: cost > limit = 3 calls (reset only)')
+  const clock = await run('sliding-log', `${key}:clock`, [3, W, 3, 1, ''])
+  t.same(clock.calls, ['TIME', 'ZREMRANGEBYSCORE', 'ZCARD', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: TIME path')
+  const big = await run('sliding-log', `${key}:big`, [10_000, W, 10_000, 2500, B])
+  keys.push(`${key}:big`)
+  t.same(big.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZADD', 'ZADD', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: cost 2500 = 3 ZADD chunks')
+  t.equal(await client.zcard(`${key}:big`), 2500)
+})
+
+test('the scripts load and run by SHA', async (t) => {
+  const server = await getRedis()
+  const client = createClient(server)
+  t.teardown(async () => { await client.quit() })
+  const prefix = uniquePrefix('sha')
+  for (const name of ALGORITHMS) {
+    const sha = await client.script('LOAD', sources[name]) as string
+    t.match(sha, /^[0-9a-f]{40}$/, `${name}: SCRIPT LOAD`)
+    const key = `${prefix}:{${name}}`
+    const reply = await client.evalsha(sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
+    t.equal(reply.length, 4, `${name}: four numbers`)
+    t.ok(reply.every((v) => typeof v === 'number' && Number.isInteger(v)), `${name}: integers ${JSON.stringify(reply)}`)
+    t.equal(reply[0], 1, `${name}: admitted`)
+    await client.del(key)
+  }
+})

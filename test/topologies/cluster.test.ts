@@ -1,0 +1,223 @@
+import { test } from 'tap'
+import { request } from 'undici'
+import { Cluster } from 'ioredis'
+import type { FastifyInstance } from 'fastify'
+import { ALGORITHMS } from '../../lib/index.js'
+import { buildApp } from '../helpers/app.js'
+import { startCluster, type ManagedCluster } from '../helpers/topologies.js'
+
+/*
+ * A real 3-master Redis Cluster on loopback ports, started once for this file.
+ * The plugin gets an ioredis Cluster as its `redis` option.
+ */
+const TIMEOUT = 50
+const MARGIN = 150
+
+let cluster: ManagedCluster
+const clients: Cluster[] = []
+
+/** The recommended options; `commandTimeout` generous where atomicity, not latency, is under test (a loaded CI machine). */
+function clusterClient (commandTimeout: number): Cluster {
+  const client = new Cluster(cluster.startupNodes, {
+    enableOfflineQueue: false,
+    redisOptions: { commandTimeout, autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 }
+  })
+  client.on('error', () => {})
+  clients.push(client)
+  return client
+}
+
+async function readyClient (commandTimeout = 5000): Promise<Cluster> {
+  const client = clusterClient(commandTimeout)
+  await new Promise<void>((resolve, reject) => {
+    if (client.status === 'ready') return resolve()
+    const timer = setTimeout(() => reject(new Error('cluster client not ready in 5 s')), 5000)
+    client.once('ready', () => { clearTimeout(timer); resolve() })
+  })
+  return client
+}
+
+/** CRC16/XMODEM of the hash tag, as Redis Cluster computes a key's slot. */
+function keySlot (key: string): number {
+  let hashed = key
+  const open = key.indexOf('{')
+  if (open !== -1) {
+    const close = key.indexOf('}', open + 1)
+    if (close > open + 1) hashed = key.slice(open + 1, close)
+  }
+  let crc = 0
+  for (const byte of Buffer.from(hashed)) {
+    crc ^= byte << 8
+    for (let i = 0; i < 8; i++) crc = (crc & 0x8000) !== 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % 16384
+}
+
+/** Every key under `prefix` on every master. */
+async function keysByNode (prefix: string): Promise<Map<number, string[]>> {
+  const result = new Map<number, string[]>()
+  for (const node of cluster.nodes) {
+    const keys: string[] = []
+    let cursor = '0'
+    do {
+      const [next, batch] = await cluster.admin(node.port).scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
+      cursor = next
+      keys.push(...batch)
+    } while (cursor !== '0')
+    result.set(node.port, keys)
+  }
+  return result
+}
+
+test('setup: a 3-master cluster', async (t) => {
+  const started = Date.now()
+  cluster = await startCluster()
+  t.equal(cluster.nodes.length, 3)
+  t.comment(`figures ${JSON.stringify({ clusterStartMs: Date.now() - started })}`)
+})
+
+test('cluster: fresh clients, the first burst after ready(): two instances, 200 concurrent requests over sockets, limit 25 → exactly 25 for every algorithm', async (t) => {
+  const LIMIT = 25
+  const REQUESTS = 200
+  const counts: Record<string, number> = {}
+  for (const algorithm of ALGORITHMS) {
+    // A new fleet per algorithm, on Cluster clients created just now, with the plugin's default
+    // options: ready() connects every master and loads the script, so the first burst is exact.
+    const fleet: Array<{ app: FastifyInstance, base: string }> = []
+    for (let i = 0; i < 2; i++) {
+      const app = await buildApp({ redis: clusterClient(1000), prefix: `cc-${algorithm}`, user: (req) => req.headers['x-user'] as string | undefined })
+      app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: LIMIT, window: '1h', by: 'user' } } }, async () => 'ok')
+      fleet.push({ app, base: await app.listen({ port: 0, host: '127.0.0.1' }) })
+    }
+    const statuses = await Promise.all(Array.from({ length: REQUESTS }, async (_, i) => {
+      const res = await request(`${fleet[i % 2]!.base}/${algorithm}`, { headers: { 'x-user': 'one-identity' } })
+      await res.body.dump()
+      return res.statusCode
+    }))
+    counts[algorithm] = statuses.filter((code) => code === 200).length
+    t.equal(counts[algorithm], LIMIT, `${algorithm}: exactly ${LIMIT} admitted`)
+    t.equal(statuses.filter((code) => code === 429).length, REQUESTS - LIMIT, `${algorithm}: every other request refused with 429`)
+    for (const member of fleet) t.equal(member.app.rateLimit.stats().degraded, 0, `${algorithm}: nothing degraded`)
+    for (const member of fleet) await member.app.close()
+    // One identity, one route: the algorithm's state lives in exactly one key, on one node.
+    t.equal([...(await keysByNode(`cc-${algorithm}`)).values()].flat().length, 1, `${algorithm}: one key`)
+  }
+  t.comment(`figures ${JSON.stringify({ clusterAdmitted: counts, limit: LIMIT, requests: REQUESTS })}`)
+})
+
+test('cluster: ready() loads the script on every master before the first request', async (t) => {
+  const app = await buildApp({ redis: clusterClient(1000), prefix: 'warm' })
+  app.get('/w', { config: { rateLimit: { limit: 5, window: '1m' } } }, async () => 'ok')
+  for (const node of cluster.nodes) await cluster.admin(node.port).script('FLUSH')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  const { buildBatchScript } = await import('../../lib/store/redis/scripts.js')
+  const sha = buildBatchScript().sha
+  for (const node of cluster.nodes) {
+    const [loaded] = await cluster.admin(node.port).script('EXISTS', sha) as number[]
+    t.equal(loaded, 1, `master ${node.port} has the batch script`)
+  }
+})
+
+test('cluster: the slot of a live key migrates during traffic; decisions stay within the timeout, the count is intact', async (t) => {
+  const redis = await readyClient(100)
+  const app = await buildApp({ redis, prefix: 'mig', timeout: TIMEOUT })
+  app.get('/m', { config: { rateLimit: { algorithm: 'fixed-window', limit: 1_000_000, window: '1h', onRedisError: 'open' } } }, async (req) => req.rateLimit)
+  app.get('/warm', { config: { rateLimit: false } }, async () => 'warm')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  await app.inject('/warm')
+  t.equal((await app.inject('/m')).json().degraded, false)
+  const [key] = [...(await keysByNode('mig')).values()].flat()
+  t.ok(key, 'the live key exists')
+  const slot = keySlot(key as string)
+  t.equal(await cluster.admin(cluster.nodes[0]!.port).cluster('KEYSLOT', key as string), slot, 'our CRC16 agrees with CLUSTER KEYSLOT')
+  const from = await cluster.ownerOf(slot)
+  const to = cluster.nodes.find((node) => node.id !== from.id)!
+
+  let enforced = 1
+  let degraded = 0
+  let worst = 0
+  let decisions = 0
+  const load = { running: true }
+  const traffic = (async () => {
+    for (let i = 0; load.running && i < 20_000; i++) {
+      const started = performance.now()
+      const res = await app.inject('/m')
+      worst = Math.max(worst, performance.now() - started)
+      decisions++
+      if (res.json().degraded === true) degraded++
+      else enforced++
+      await new Promise((resolve) => setTimeout(resolve, 2))
+    }
+  })()
+  const pause = async (): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, 300)) }
+  await pause()
+  const migrationStarted = performance.now()
+  const { keys } = await cluster.migrateSlot(slot, to, { beforeMigrate: pause, afterMigrate: pause })
+  const migrationMs = performance.now() - migrationStarted
+  await pause()
+  load.running = false
+  await traffic
+
+  const asking = /cmdstat_asking:calls=(\d+)/.exec(await cluster.admin(to.port).info('commandstats'))
+  t.ok(Number(asking?.[1] ?? 0) > 0, `the client followed ASK redirections to the destination (${asking?.[1] ?? 0} ASKING)`)
+  t.equal(keys, 1, 'MIGRATE moved the live key')
+  t.equal((await cluster.ownerOf(slot)).id, to.id, 'the slot now belongs to the destination')
+  t.ok(decisions > 50, `${decisions} decisions during the migration`)
+  t.ok(worst < TIMEOUT + MARGIN, `worst decision during the migration: ${worst.toFixed(1)} ms`)
+  const stored = Number(String(await cluster.admin(to.port).get(key as string)).split(':')[1])
+  // Each enforced decision counted once; a decision abandoned at the timeout may or may not have run (never twice).
+  t.ok(stored >= enforced && stored <= enforced + degraded, `count intact after the migration: ${stored} stored, ${enforced} enforced, ${degraded} degraded`)
+  t.equal((await app.inject('/m')).json().remaining, 1_000_000 - stored - 1, 'the next decision continues from the migrated count')
+  t.comment(`figures ${JSON.stringify({ migration: { decisions, worstMs: Math.round(worst * 10) / 10, degraded, enforced, stored, migrationMs: Math.round(migrationMs), asking: Number(asking?.[1] ?? 0) } })}`)
+})
+
+test('cluster: 10,000 identities spread over slots and nodes', async (t) => {
+  const IDENTITIES = 10_000
+  const redis = await readyClient()
+  const app = await buildApp({ redis, prefix: 'spread', timeout: 5000 })
+  app.get('/s', { config: { rateLimit: { algorithm: 'fixed-window', limit: 10, window: '1h', by: 'header:x-id' } } }, async () => 'ok')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  for (let i = 0; i < IDENTITIES; i += 100) {
+    const statuses = await Promise.all(Array.from({ length: 100 }, async (_, j) => (await app.inject({ url: '/s', headers: { 'x-id': `caller-${i + j}` } })).statusCode))
+    if (statuses.some((s) => s !== 200)) t.fail(`batch ${i}: ${statuses.filter((s) => s !== 200).length} not admitted`)
+  }
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const byNode = await keysByNode('spread')
+  const perNode = [...byNode.values()].map((keys) => keys.length)
+  const total = perNode.reduce((a, b) => a + b, 0)
+  t.equal(total, IDENTITIES, 'one key per identity, read back with SCAN on every node')
+
+  const perSlot = new Map<number, number>()
+  for (const [port, keys] of byNode) {
+    for (const key of keys) {
+      const slot = keySlot(key)
+      perSlot.set(slot, (perSlot.get(slot) ?? 0) + 1)
+      // The node that holds the key owns its slot: the hash tag routed it.
+      if (slot % 997 === 0) t.equal((await cluster.ownerOf(slot)).port, port)
+    }
+  }
+  const maxSlot = Math.max(...perSlot.values())
+  // 10,000 keys over 16,384 slots: ~0.61 per slot, so a per-slot mean is below one key. The
+  // "3× the mean" rule is checked over 256 groups of 64 consecutive slots (mean ~39), and per slot
+  // no slot may hold more than a handful (a Poisson tail of 8 has odds of ~1e-5 over all slots).
+  const groups = new Array<number>(256).fill(0)
+  for (const [slot, count] of perSlot) groups[Math.floor(slot / 64)]! += count
+  const groupMean = IDENTITIES / groups.length
+  const groupMax = Math.max(...groups)
+  const nodeMean = IDENTITIES / 3
+  const nodeMax = Math.max(...perNode)
+  t.ok(perSlot.size > 7000, `${perSlot.size} distinct slots used (expected ~7,490 for random keys)`)
+  t.ok(maxSlot <= 8, `no slot holds more than ${maxSlot} keys`)
+  t.ok(groupMax <= 3 * groupMean, `busiest 64-slot group: ${groupMax} keys, ${(groupMax / groupMean).toFixed(2)}× the mean`)
+  t.ok(nodeMax <= 1.5 * nodeMean, `per node: ${perNode.join(' / ')} (max ${(nodeMax / nodeMean).toFixed(2)}× the mean)`)
+  t.comment(`figures ${JSON.stringify({ spread: { perNode, distinctSlots: perSlot.size, maxPerSlot: maxSlot, meanPerSlot: +(IDENTITIES / 16384).toFixed(3), maxOverMeanPerSlot: +(maxSlot / (IDENTITIES / 16384)).toFixed(2), meanPerOccupiedSlot: +(IDENTITIES / perSlot.size).toFixed(2), groupMax, groupMean, groupMaxOverMean: +(groupMax / groupMean).toFixed(2) } })}`)
+})
+
+test('teardown: cluster clients and servers stopped', async (t) => {
+  for (const client of clients) client.disconnect()
+  await cluster.stop()
+  t.pass()
+})

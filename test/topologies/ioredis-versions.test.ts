@@ -1,0 +1,38 @@
+/**
+ * ioredis is a peer dependency: the plugin drives the user's client with the
+ * user's version. The supported range (^5.4 || ^6) is tested here with an
+ * ioredis 5 client (installed as `ioredis5`) beside the suite's ioredis 6:
+ * exact under concurrency, and NOSCRIPT recovery. (npm satisfies a peer
+ * dependency with the application's copy, so the plugin's `Command` is the
+ * client's own; here the suite's ioredis 6 builds the commands an ioredis 5
+ * client sends, the worst case of a skew.)
+ */
+import { test } from 'tap'
+import { Redis as Redis5 } from 'ioredis5'
+import { Redis as Redis6 } from 'ioredis'
+import { ALGORITHMS } from '../../lib/index.js'
+import { buildApp } from '../helpers/app.js'
+import { adminClient, startServer } from '../helpers/topologies.js'
+
+type AnyClient = new (options: Record<string, unknown>) => { on: (event: string, listener: () => void) => unknown, disconnect: () => void }
+const clients: Array<[string, AnyClient]> = [['5', Redis5 as unknown as AnyClient], ['6', Redis6 as unknown as AnyClient]]
+for (const [version, Client] of clients) {
+  test(`ioredis ${version}: 200 concurrent requests, limit 25 → exactly 25 for every algorithm; NOSCRIPT answered`, async (t) => {
+    const server = await startServer([], { label: `ioredis${version}` })
+    const admin = adminClient(server.port)
+    const redis = new Client({ host: '127.0.0.1', port: server.port, enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    redis.on('error', () => {})
+    const app = await buildApp({ redis: redis as never, prefix: `v${version}`, denyCache: false })
+    for (const algorithm of ALGORITHMS) app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: 25, window: '1h' } } }, async () => 'ok')
+    await app.ready()
+    t.teardown(async () => { await app.close(); redis.disconnect(); admin.disconnect(); await server.stop() })
+
+    for (const algorithm of ALGORITHMS) {
+      const statuses = await Promise.all(Array.from({ length: 200 }, async () => (await app.inject(`/${algorithm}`)).statusCode))
+      t.equal(statuses.filter((code) => code === 200).length, 25, `${algorithm}: exactly the limit`)
+    }
+    await admin.script('FLUSH')
+    t.equal((await app.inject('/fixed-window')).statusCode, 429, 'after SCRIPT FLUSH the next decision is still taken (EVAL reloads the script)')
+    t.equal(app.rateLimit.stats().degraded, 0)
+  })
+}

@@ -1,0 +1,22 @@
+/** Whether a value is a promise or any other thenable (user functions may return either). */
+export function isThenable (value: unknown): value is PromiseLike<unknown> {
+  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
+}
+
+/** How an awaited user function ended: its value, or why there is none (a rejection or an overrun). */
+export type Outcome = { ok: true, value: unknown } | { ok: false, error: unknown }
+
+/**
+ * Awaits a promise for at most `ms`. Never rejects (a rejection is an outcome),
+ * never leaves a timer behind, and never waits longer: a promise that never
+ * settles ends as an overrun, described by `what` (for example `identityTimeout`).
+ */
+export function awaitWithin (value: PromiseLike<unknown>, ms: number, what: string): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { resolve({ ok: false, error: new Error(`did not settle within ${ms} ms (${what})`) }) }, ms)
+    Promise.resolve(value).then(
+      (result) => { clearTimeout(timer); resolve({ ok: true, value: result }) },
+      (error: unknown) => { clearTimeout(timer); resolve({ ok: false, error }) }
+    )
+  })
+}

@@ -24,6 +24,7 @@ import type { PolicySummary, RateLimitBlock, RateLimitPluginOptions } from './ty
 
 export * from './types.js'
 export { ALGORITHMS } from './store/algorithms.js'
+export { canonicalClientIp as canonicalIp } from './keys/ip.js'
 export * as errors from './errors.js'
 export { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from './diagnostics.js'
 

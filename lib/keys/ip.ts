@@ -1,5 +1,6 @@
 import { isIPv4, isIPv6 } from 'node:net'
 import ipaddr from 'ipaddr.js'
+import { FST_RRL_INVALID_OPTION } from '../errors.js'
 
 /*
  * One caller, one spelling: IPv4-mapped IPv6 becomes IPv4, IPv6 is written in
@@ -31,6 +32,18 @@ export function canonicalIp (raw: string | undefined, ipv6Subnet: number): strin
   if (ipv6Subnet >= 128) return address.toRFC5952String()
   const network = ipaddr.IPv6.networkAddressFromCIDR(`${address.toString()}/${ipv6Subnet}`)
   return `${network.toRFC5952String()}/${ipv6Subnet}`
+}
+
+/**
+ * The public form (exported as `canonicalIp`): the same canonical address the
+ * 'ip' identity part keys on, for `by` functions that build their own keys.
+ * `ipv6Subnet` as the plugin option (default 64, 8–128); undefined for non-IPs.
+ */
+export function canonicalClientIp (raw: string | undefined, ipv6Subnet = 64): string | undefined {
+  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
+    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `(canonicalIp's second argument) must be an integer prefix length from 8 to 128 (got ${String(ipv6Subnet)})`)
+  }
+  return typeof raw === 'string' ? canonicalIp(raw, ipv6Subnet) : undefined
 }
 
 /**

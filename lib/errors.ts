@@ -103,6 +103,27 @@ export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
 })
 
 /**
+ * Runtime warning (once per process): a forwarding header reached a limited
+ * route while trustProxy makes Fastify ignore it, so request.ip is the proxy
+ * and every client behind it shares one limit. %s: the header, %s: the setting.
+ */
+export const FST_RRL_FORWARDED_UNTRUSTED = processWarning.createWarning({
+  name: 'FastifyRedisRateLimitWarning',
+  code: 'FST_RRL_FORWARDED_UNTRUSTED',
+  message: 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see the README, Security: proxy trust)'
+})
+
+/**
+ * Startup warning (once per process): two policies of one route whose names
+ * differ only in case. %s: the route, %s: the two names.
+ */
+export const FST_RRL_POLICY_NAME_CASE = processWarning.createWarning({
+  name: 'FastifyRedisRateLimitWarning',
+  code: 'FST_RRL_POLICY_NAME_CASE',
+  message: 'Route %s has rate limit policies whose names differ only in case (%s): headers and problem bodies show both, and clients or dashboards that ignore case will confuse them. Rename one'
+})
+
+/**
  * Warning at ready() (once per process): Redis may evict limiter keys before
  * their TTL (every key of ours has one, so allkeys-* and volatile-* both can),
  * which silently resets callers' counts. %s lists the nodes and their policies.

@@ -6,6 +6,7 @@ import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
 import { HOOKS } from './validate.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from '../types.js'
+import { warnCaseTwins } from './name-case.js'
 
 export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
 export type { BlockRun } from '../store/port.js'
@@ -113,6 +114,7 @@ export function globalPolicy (block: CompiledBlock, context: CompileContext): Co
  */
 function assemblePolicy (route: string, where: string, at: { method: string | string[], url: string } | undefined, own: readonly CompiledBlock[], globals: readonly CompiledBlock[], context: CompileContext, fromDefault: boolean): CompiledPolicy {
   const blocks = [...own, ...globals]
+  warnCaseTwins(route, blocks)
 
   // Identities: one per distinct `by`, resolved once per request.
   const identities: CompiledIdentity[] = []

@@ -39,9 +39,9 @@ export function headerQuota (limit: number, windowMs: number, burst: number, bur
   return { quota, windowSeconds: Math.max(1, secondsCeil(quotaMs)) }
 }
 
-/** One `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;tier="pro"`). */
+/** One `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;frrl-tier="pro"`: a vendor-prefixed extension parameter, draft-10 §3.1). */
 export function policyItem (nameItem: string, quota: number, windowSeconds: number, tier: string | undefined): string {
-  return `${nameItem};q=${quota};w=${windowSeconds}` + (tier === undefined ? '' : `;tier=${sfString(tier)}`)
+  return `${nameItem};q=${quota};w=${windowSeconds}` + (tier === undefined ? '' : `;frrl-tier=${sfString(tier)}`)
 }
 
 /** The `RateLimit-Policy` value for one list of runs: enforced ones only; '' = send none. */

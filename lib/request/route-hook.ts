@@ -3,7 +3,8 @@ import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
 import { callPredicate, type SkipPredicate } from './allow-list.js'
 import { evaluate, recordSkip, type Evaluation, type Runtime } from '../decide/evaluate.js'
-import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
+import { FST_RRL_FORWARDED_UNTRUSTED, FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
+import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import { isThenable, settleWithin, type Settled } from '../keys/identity.js'
 import { assembleKeys } from '../keys/layout.js'
@@ -247,6 +248,7 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   const checksSkip = runtime.allowList !== undefined || policy.skips.length > 0
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    if (!FST_RRL_FORWARDED_UNTRUSTED.emitted) checkForwarded(request)
     if (checksSkip) {
       const startedAt = performance.now()
       const source = await skipSource(policy, request, runtime)

@@ -8,21 +8,18 @@ import type { HeaderMode } from '../types.js'
 
 /*
  * The only module that knows header syntax: IETF httpapi-ratelimit-headers
- * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. A later
- * draft is a change here and nowhere else. Every string is rendered here from
- * the runs' numbers and cached: per run (a WeakMap, so runs made for an
- * override or a requestLimit are rendered once each and dropped with them) and
- * per compiled run list (the RateLimit-Policy value).
+ * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. Every string
+ * is rendered here from the runs' numbers and cached: per run (a WeakMap, so a
+ * run made for an override or a requestLimit is rendered once and dropped with
+ * it) and per compiled run list (the RateLimit-Policy value).
  *
- * `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
- * restored on an admitted request, and equals the policy's own retry delay on
- * a rejected one, so a client never reads a reset earlier than it may retry.
- *
- * Several policies: `RateLimit-Policy` lists each and `RateLimit` reports each,
- * in declaration order. On a rejected request, a policy that would have
- * admitted reports the units it has now (nothing was charged). Shadow policies
- * are never shown: they must not make clients slow down. The legacy trio shows
- * the binding policy.
+ * - `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
+ *   restored when admitted, and the policy's own retry delay when refused: a
+ *   client never reads a reset earlier than it may retry.
+ * - Both fields list every enforced policy, in declaration order; on a refusal,
+ *   one that would have admitted reports the units it has now (nothing was charged).
+ * - Shadow policies are never shown: they must not make clients slow down.
+ * - The legacy trio shows the binding policy.
  */
 
 /** A Structured Fields string: printable ASCII with `"` and `\` escaped. */

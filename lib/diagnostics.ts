@@ -54,7 +54,7 @@ export const decisionChannel = diagnostics.channel(CHANNELS.decision)
 export const storeErrorChannel = diagnostics.channel(CHANNELS.storeError)
 
 export function errorCause (error: unknown): StoreErrorCause {
-  const code = (error as { code?: unknown } | null)?.code
+  const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined
   if (code === 'FST_RRL_REDIS_TIMEOUT') return 'timeout'
   if (code === 'FST_RRL_REDIS_UNAVAILABLE') return 'unavailable'
   if (code === 'FST_RRL_STORE_OVERLOADED') return 'overloaded'

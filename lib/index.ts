@@ -95,6 +95,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   })
   for (const [name, policy] of named) registry.add(name, policy)
 
+  let local: MemoryStore | undefined
   const runtime: RouteRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
@@ -113,8 +114,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
     metrics: undefined,
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
-    local: undefined,
-    maxKeys: options.maxKeys,
+    localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log),
     identityTimeout: options.identityTimeout
   }
@@ -183,7 +183,7 @@ async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPlugin
   fastify.addHook('onClose', async () => {
     store.close()
     runtime.overrides.close()
-    runtime.local?.close()
+    local?.close()
     runtime.metrics?.close()
   })
 

@@ -1,8 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
-import { headerQuota, policyItem } from '../reply/headers.js'
 import { blockId } from '../keys/layout.js'
-import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import type { RateLimitOverride } from '../types.js'
 
@@ -17,7 +16,7 @@ import type { RateLimitOverride } from '../types.js'
  *
  * Per request, `apply` costs nothing while no override is in force (one size
  * check) and otherwise two Map lookups per block; an overridden run (limit,
- * burst, script arguments, RateLimit-Policy item) is built once per override
+ * burst, script arguments) is built once per override
  * and base run, then reused. Keys do not change (they carry the window, never
  * the limit), so a caller keeps its count under an override.
  */
@@ -38,17 +37,13 @@ interface Entry {
 }
 
 /** `run` at another limit: burst follows the limit where it equalled it (the default). */
-function overriddenRun (run: BlockRun, block: CompiledBlock, limit: number): BlockRun {
+function overriddenRun (run: BlockRun, limit: number): BlockRun {
   const { windowMs } = run.params
   const burst = run.params.burst === run.params.limit ? limit : run.params.burst
-  const shown = headerQuota(limit, windowMs, burst, block.algorithm === 'token-bucket' || block.algorithm === 'gcra')
   return {
     ...run,
     params: { limit, windowMs, burst },
-    scriptArgs: [String(limit), String(windowMs), String(burst)],
-    policyItem: policyItem(block.nameItem, shown.quota, shown.windowSeconds, run.tier),
-    quota: shown.quota,
-    windowSeconds: shown.windowSeconds
+    scriptArgs: [String(limit), String(windowMs), String(burst)]
   }
 }
 
@@ -93,7 +88,7 @@ export class Overrides {
 
   /**
    * The runs a request decides with: `runs` itself while no override matches
-   * (so the precompiled header strings apply), else a copy with the
+   * (so its cached header strings apply), else a copy with the
    * overridden runs. A caller's own override wins over the block's.
    */
   apply (policy: CompiledPolicy, runs: readonly BlockRun[], keys: readonly string[]): readonly BlockRun[] {
@@ -109,7 +104,7 @@ export class Overrides {
       const base = runs[i] as BlockRun
       let run = entry.runs.get(base)
       if (run === undefined) {
-        run = overriddenRun(base, policy.blocks[i] as CompiledBlock, entry.record.limit)
+        run = overriddenRun(base, entry.record.limit)
         entry.runs.set(base, run)
       }
       out ??= [...runs]

@@ -19,10 +19,16 @@ export function retryAfterSeconds (retryAfterMs: number): number {
 export const UNAVAILABLE_RETRY_SECONDS = 1
 
 /**
- * The units a block reports as left. A script's `remaining` for an admitting
- * block assumes the request was charged; when it was not (another block
- * refused, or a peek), the caller still has this request's cost.
+ * Whether admitting blocks were charged this request's cost: `'not-charged'`
+ * when another block refused, on a deny-cache answer, or on a peek.
  */
-export function shownRemaining (decision: RawDecision, cost: number, charged: boolean): number {
-  return !charged && decision.allowed ? decision.remaining + cost : decision.remaining
+export type Charge = 'charged' | 'not-charged'
+
+/**
+ * The units a block reports as left. A script's `remaining` for an admitting
+ * block assumes the request was charged; when it was not, the caller still has
+ * this request's cost.
+ */
+export function shownRemaining (decision: RawDecision, cost: number, charge: Charge): number {
+  return charge === 'not-charged' && decision.allowed ? decision.remaining + cost : decision.remaining
 }

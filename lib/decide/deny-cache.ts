@@ -1,3 +1,5 @@
+import { LruMap } from '../util/lru-map.js'
+
 /*
  * The local deny cache: after the store rejects a key with retryAfterMs, this
  * instance refuses that key by itself until then, without a store round trip.
@@ -8,7 +10,7 @@
  *   than the store's own moment + retryAfterMs, and it only applies to requests
  *   that cost at least as much as the rejected one (a cheaper request might fit
  *   sooner) under the same limits (a caller who changed tier is asked again).
- * - Bounded: a Map in least-recently-used order; the oldest entry goes first.
+ * - Bounded: an LruMap; the least recently used entry goes first.
  * - Per instance: reset() (the API) clears it here; other instances' entries
  *   run out by themselves, at most retryAfterMs later.
  */
@@ -30,11 +32,10 @@ export interface DenyEntry {
 }
 
 export class DenyCache {
-  readonly #max: number
-  readonly #entries = new Map<string, DenyEntry>()
+  readonly #entries: LruMap<string, DenyEntry>
 
   constructor (max: number) {
-    this.#max = max
+    this.#entries = new LruMap(max)
   }
 
   get size (): number {
@@ -43,27 +44,18 @@ export class DenyCache {
 
   /** The live entry for `key` that covers a request of `cost` at `now`, if any. */
   get (key: string, cost: number, now: number, run: object): DenyEntry | undefined {
-    const entry = this.#entries.get(key)
+    const entry = this.#entries.peek(key)
     if (entry === undefined) return undefined
     if (entry.until <= now) {
       this.#entries.delete(key)
       return undefined
     }
     if (cost < entry.cost || run !== entry.run) return undefined
-    // most recently used goes last
-    this.#entries.delete(key)
-    this.#entries.set(key, entry)
-    return entry
+    return this.#entries.get(key)
   }
 
   set (key: string, until: number, cost: number, remaining: number, run: object, penalized = false): void {
-    const entries = this.#entries
-    entries.delete(key)
-    entries.set(key, { until, cost, remaining, run, penalized })
-    if (entries.size > this.#max) {
-      const oldest = entries.keys().next().value
-      if (oldest !== undefined) entries.delete(oldest)
-    }
+    this.#entries.set(key, { until, cost, remaining, run, penalized })
   }
 
   delete (key: string): void {

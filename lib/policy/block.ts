@@ -3,7 +3,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, type AlgorithmName } from '../store/algorithms.js'
 import { parseWindow } from './duration.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
-import { headerQuota, policyItem, sfString } from '../reply/headers.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod, keySuffix } from '../keys/layout.js'
 import type { BlockRun, Penalty } from '../store/port.js'
@@ -31,8 +30,6 @@ export type RefundPredicate = (reply: FastifyReply) => boolean
 
 export interface CompiledBlock {
   name: string
-  /** `"name"`: the policy name as a Structured Fields string. */
-  nameItem: string
   algorithm: AlgorithmName
   /** The run for the fallback tier (or the only one). */
   base: BlockRun
@@ -256,11 +253,9 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   }
   if (input.requestLimit !== undefined && typeof input.requestLimit !== 'function') fail('requestLimit', `must be a function (request) => number | Promise<number> (got ${shown(input.requestLimit)})`)
 
-  const nameItem = sfString(name as string)
   const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
   const runWith = (tier: string | undefined, limit: number, burst: number): BlockRun => {
     const local = localParams(limit, burst, localLimit, context.fleetSize)
-    const shownQuota = headerQuota(limit, windowMs, burst, bursty)
     return {
       algorithm,
       algorithmNumber,
@@ -268,9 +263,6 @@ export function compileBlock (block: unknown, method: string | string[], url: st
       scriptArgs: [String(limit), String(windowMs), String(burst)],
       shadow: mode === 'shadow',
       tier,
-      policyItem: policyItem(nameItem, shownQuota.quota, shownQuota.windowSeconds, tier),
-      quota: shownQuota.quota,
-      windowSeconds: shownQuota.windowSeconds,
       penalty,
       local: local === undefined ? undefined : { limit: local.limit, windowMs, burst: local.burst }
     }
@@ -287,7 +279,6 @@ export function compileBlock (block: unknown, method: string | string[], url: st
   const tiers = tiered ? new Map(tierNames.map((tier) => [tier as string, tier === FALLBACK_TIER ? base : runOf(tier)])) : undefined
   return {
     name: name as string,
-    nameItem,
     algorithm,
     base,
     tiers,

@@ -1,6 +1,5 @@
 import { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock } from './block.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
-import { policyHeaderValue } from '../reply/headers.js'
 import type { CompiledIdentity } from '../keys/identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
 import { HOOKS } from './validate.js'
@@ -31,8 +30,6 @@ export interface CompiledPolicy extends KeyLayout {
   runs: readonly BlockRun[]
   /** Per tier name: the run of every block (only when some block has tiers). */
   tierRuns: Map<string, readonly BlockRun[]> | undefined
-  /** The `RateLimit-Policy` value per run list (enforced blocks only); '' = send none. */
-  policyHeaders: Map<readonly BlockRun[], string>
   /** One per distinct `by`; block i's is identities[identityOf[i]]. */
   identities: readonly CompiledIdentity[]
   onRedisError: FailurePolicy
@@ -131,7 +128,6 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
   }
 
   const runs = blocks.map((block) => block.base)
-  const policyHeaders = new Map<readonly BlockRun[], string>([[runs, policyHeaderValue(runs)]])
   let tierRuns: Map<string, readonly BlockRun[]> | undefined
   if (blocks.some((block) => block.tiers !== undefined)) {
     tierRuns = new Map()
@@ -140,7 +136,6 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     for (const tier of names) {
       const list = blocks.map((block) => block.tiers?.get(tier) ?? block.tiers?.get(FALLBACK_TIER) ?? block.base)
       tierRuns.set(tier, list)
-      policyHeaders.set(list, policyHeaderValue(list))
     }
   }
 
@@ -161,7 +156,6 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     blocks,
     runs,
     tierRuns,
-    policyHeaders,
     identities,
     ...keyLayout(context.prefix, at, blocks, identityOf),
     onRedisError,

@@ -1,30 +1,42 @@
 import type { FastifyReply } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
-import { retryAfterSeconds, secondsCeil, shownRemaining } from '../decide/decision-math.js'
+import { retryAfterSeconds, secondsCeil, shownRemaining, type Charge } from '../decide/decision-math.js'
+import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import type { HeaderMode } from '../types.js'
 
 /*
  * The only module that knows header syntax: IETF httpapi-ratelimit-headers
- * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. A later
- * draft is a change here and nowhere else: the block compiler asks this module
- * for the strings it precomputes (sfString, policyItem, policyHeaderValue).
+ * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. Every string
+ * is rendered here from the runs' numbers and cached: per run (a WeakMap, so a
+ * run made for an override or a requestLimit is rendered once and dropped with
+ * it) and per compiled run list (the RateLimit-Policy value).
  *
- * `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
- * restored on an admitted request, and equals the policy's own retry delay on
- * a rejected one, so a client never reads a reset earlier than it may retry.
- *
- * Several policies (multi-limits): `RateLimit-Policy` lists each (a Structured
- * Fields list) and `RateLimit` reports each, in declaration order. On a
- * rejected request, a policy that would have admitted reports the units it has
- * now (nothing was charged). Shadow policies are never shown: they must not
- * make clients slow down. The legacy trio shows the binding policy (the
- * violated one with the latest retry, or the one with the fewest units left).
+ * - `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
+ *   restored when admitted, and the policy's own retry delay when refused: a
+ *   client never reads a reset earlier than it may retry.
+ * - Both fields list every enforced policy, in declaration order; on a refusal,
+ *   one that would have admitted reports the units it has now (nothing was charged).
+ * - Shadow policies are never shown: they must not make clients slow down.
+ * - The legacy trio shows the binding policy.
  */
 
 /** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
 export function sfString (value: string): string {
   return '"' + value.replace(/[\\"]/g, '\\$&') + '"'
+}
+
+/** What the headers state of one run, rendered once from its numbers. */
+interface RunHeader {
+  /** `"name"`: the block's name as a Structured Fields string. */
+  name: string
+  /** The `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;frrl-tier="pro"`: a vendor-prefixed extension parameter, draft-10 §3.1). */
+  item: string
+  /** `q`: the limit, or the burst capacity for token-bucket and gcra. */
+  quota: number
+  /** `w` in seconds: the window, or the time to refill the burst. */
+  windowSeconds: number
 }
 
 /**
@@ -33,36 +45,62 @@ export function sfString (value: string): string {
  * refill it from empty (burst × window / limit), so `r` never exceeds `q` and
  * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
  */
-export function headerQuota (limit: number, windowMs: number, burst: number, bursty: boolean): { quota: number, windowSeconds: number } {
+function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
+  const { limit, windowMs, burst } = run.params
+  const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
   const quota = bursty ? burst : limit
-  const quotaMs = bursty ? Math.ceil(burst * windowMs / limit) : windowMs
-  return { quota, windowSeconds: Math.max(1, secondsCeil(quotaMs)) }
+  const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
+  const name = sfString(block.name)
+  const item = `${name};q=${quota};w=${windowSeconds}` + (run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`)
+  return { name, item, quota, windowSeconds }
 }
 
-/** One `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;frrl-tier="pro"`: a vendor-prefixed extension parameter, draft-10 §3.1). */
-export function policyItem (nameItem: string, quota: number, windowSeconds: number, tier: string | undefined): string {
-  return `${nameItem};q=${quota};w=${windowSeconds}` + (tier === undefined ? '' : `;frrl-tier=${sfString(tier)}`)
+/** A run belongs to one block, so the run alone keys its strings. */
+const runHeaders = new WeakMap<BlockRun, RunHeader>()
+
+function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
+  let header = runHeaders.get(run)
+  if (header === undefined) {
+    header = renderRun(run, block)
+    runHeaders.set(run, header)
+  }
+  return header
 }
 
-/** The `RateLimit-Policy` value for one list of runs: enforced ones only; '' = send none. */
-export function policyHeaderValue (runs: readonly BlockRun[]): string {
-  return runs.filter((run) => !run.shadow).map((run) => run.policyItem).join(', ')
+/** The `RateLimit-Policy` value: the enforced runs decided (all without `decisions`); '' = send none. */
+function joinItems (policy: CompiledPolicy, runs: readonly BlockRun[], decisions?: ReadonlyArray<RawDecision | undefined>): string {
+  let value = ''
+  for (let i = 0; i < runs.length; i++) {
+    const run = runs[i]
+    const block = policy.blocks[i]
+    if (run === undefined || block === undefined || run.shadow || (decisions !== undefined && decisions[i] === undefined)) continue
+    value += (value === '' ? '' : ', ') + runHeader(run, block).item
+  }
+  return value
 }
 
-/** What the writers read from a compiled policy (its precomputed header strings). */
-export interface HeaderSource {
-  /** The `RateLimit-Policy` value per run list (see policyHeaderValue). */
-  policyHeaders: ReadonlyMap<readonly BlockRun[], string>
-  /** Per block, its name as a Structured Fields string. */
-  blocks: ReadonlyArray<{ nameItem: string }>
+/** The `RateLimit-Policy` value of each compiled run list (policy.runs and tierRuns), filled per policy on first use. */
+const listValues = new WeakMap<readonly BlockRun[], string>()
+const filled = new WeakSet<CompiledPolicy>()
+
+function fill (policy: CompiledPolicy): void {
+  filled.add(policy)
+  listValues.set(policy.runs, joinItems(policy, policy.runs))
+  for (const list of policy.tierRuns?.values() ?? []) listValues.set(list, joinItems(policy, list))
 }
 
-/**
- * `decisions[i]` is undefined when block i was not decided (a local deny
- * cache answer knows only the blocks it holds); `binding` indexes the block
- * the legacy headers report.
- */
-export type HeaderWriter = (reply: FastifyReply, policy: HeaderSource, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, binding: number) => void
+/** `RateLimit-Policy` for the blocks that were decided: all of them, except on a local deny-cache answer. */
+function policyValue (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>): string {
+  const { policy, runs } = input
+  for (let i = 0; i < runs.length; i++) {
+    if (decisions[i] === undefined && runs[i]?.shadow === false) return joinItems(policy, runs, decisions)
+  }
+  const value = listValues.get(runs)
+  if (value !== undefined) return value
+  if (!filled.has(policy)) fill(policy)
+  // A run list made for one request (a runtime override, requestLimit) is not a compiled one: join its runs' items.
+  return listValues.get(runs) ?? joinItems(policy, runs)
+}
 
 /**
  * `t`: seconds until the quota is fully restored (admitted) or until this
@@ -71,57 +109,64 @@ export type HeaderWriter = (reply: FastifyReply, policy: HeaderSource, runs: rea
  * sliding window, whose weighted previous window can keep part of the quota
  * busy up to one more window; Retry-After on a 429 stays exact.
  */
-function resetSeconds (decision: RawDecision, run: BlockRun): number {
+function resetSeconds (decision: RawDecision, header: RunHeader): number {
   const seconds = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
-  return decision.penalized === true ? seconds : Math.min(seconds, run.windowSeconds)
+  return decision.penalized === true ? seconds : Math.min(seconds, header.windowSeconds)
 }
 
 /** `r`: units left, never more than `q` (a fresh token bucket reports its capacity). */
-function remainingShown (decision: RawDecision, cost: number, charged: boolean, run: BlockRun): number {
-  return Math.min(shownRemaining(decision, cost, charged), run.quota)
+function remainingShown (decision: RawDecision, cost: number, charge: Charge, header: RunHeader): number {
+  return Math.min(shownRemaining(decision, cost, charge), header.quota)
 }
 
-function rateLimitValue (runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, costs: readonly number[], rejected: boolean, policy: HeaderSource): string {
+function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
+  const { policy, runs, costs } = input
+  const { decisions, charge } = evaluation
   let value = ''
   for (let i = 0; i < runs.length; i++) {
+    const run = runs[i]
     const decision = decisions[i]
-    if ((runs[i] as BlockRun).shadow || decision === undefined) continue
-    const run = runs[i] as BlockRun
-    value += (value === '' ? '' : ', ') + `${(policy.blocks[i] as { nameItem: string }).nameItem};r=${remainingShown(decision, costs[i] as number, !rejected, run)};t=${resetSeconds(decision, run)}`
+    const block = policy.blocks[i]
+    const cost = costs[i]
+    if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) continue
+    const header = runHeader(run, block)
+    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, cost, charge, header)};t=${resetSeconds(decision, header)}`
   }
   return value
 }
 
-/** `RateLimit-Policy` for the blocks that were decided: all of them, except on a local deny-cache answer. */
-function policyValue (policy: HeaderSource, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>): string {
-  for (let i = 0; i < runs.length; i++) {
-    if (decisions[i] === undefined && !(runs[i] as BlockRun).shadow) return policyHeaderValue(runs.filter((_, j) => decisions[j] !== undefined))
-  }
-  // A run list made for one request (a runtime override, requestLimit) is not precomputed: join its runs' items.
-  return policy.policyHeaders.get(runs) ?? policyHeaderValue(runs)
-}
+/**
+ * Writes the quota headers of one decision. `evaluation.decisions[i]` is
+ * undefined when block i was not decided (a local deny-cache answer knows only
+ * the blocks it holds); `evaluation.binding` is the block the legacy headers report.
+ */
+export type HeaderWriter = (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void
 
-const writeIetf: HeaderWriter = (reply, policy, runs, decisions, costs, rejected) => {
+const writeIetf: HeaderWriter = (reply, input, evaluation) => {
   // Both fields list the same policies: a deny-cache answer knows only some blocks, so both show those.
-  const policyHeader = policyValue(policy, runs, decisions)
+  const policyHeader = policyValue(input, evaluation.decisions)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
-  const value = rateLimitValue(runs, decisions, costs, rejected, policy)
+  const value = rateLimitValue(input, evaluation)
   if (value !== '') reply.header('ratelimit', value)
 }
 
-const writeLegacy: HeaderWriter = (reply, _policy, runs, decisions, costs, rejected, binding) => {
-  const run = runs[binding] as BlockRun
-  const decision = decisions[binding]
-  if (run.shadow || decision === undefined) return
-  reply.header('x-ratelimit-limit', run.quota)
-  reply.header('x-ratelimit-remaining', remainingShown(decision, costs[binding] as number, !rejected, run))
-  reply.header('x-ratelimit-reset', resetSeconds(decision, run))
+const writeLegacy: HeaderWriter = (reply, input, evaluation) => {
+  const { binding } = evaluation
+  const run = input.runs[binding]
+  const decision = evaluation.decisions[binding]
+  const block = input.policy.blocks[binding]
+  const cost = input.costs[binding]
+  if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) return
+  const header = runHeader(run, block)
+  reply.header('x-ratelimit-limit', header.quota)
+  reply.header('x-ratelimit-remaining', remainingShown(decision, cost, evaluation.charge, header))
+  reply.header('x-ratelimit-reset', resetSeconds(decision, header))
 }
 
-const writeBoth: HeaderWriter = (reply, policy, runs, decisions, costs, rejected, binding) => {
-  writeIetf(reply, policy, runs, decisions, costs, rejected, binding)
-  writeLegacy(reply, policy, runs, decisions, costs, rejected, binding)
+const writeBoth: HeaderWriter = (reply, input, evaluation) => {
+  writeIetf(reply, input, evaluation)
+  writeLegacy(reply, input, evaluation)
 }
 
 const writeNone: HeaderWriter = () => {}

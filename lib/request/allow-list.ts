@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import ipaddr from 'ipaddr.js'
 import type { SkipPredicate } from '../types.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/settle.js'
 
 export type { SkipPredicate } from '../types.js'
 
@@ -98,25 +99,19 @@ export function callPredicate (predicate: SkipPredicate, request: FastifyRequest
     return false
   }
   if (typeof value === 'boolean') return value
-  if (value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function') return bounded(value as Promise<unknown>, onFailure)
+  if (isThenable(value)) return awaitWithin(value, SKIP_TIMEOUT_MS, 'allowList or skip').then((outcome) => answerOf(outcome, onFailure))
   onFailure(`returned a value of type ${value === null ? 'null' : typeof value}`)
   return false
 }
 
-async function bounded (pending: Promise<unknown>, onFailure: (cause: string) => void): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => { reject(new Error(`did not settle within ${SKIP_TIMEOUT_MS} ms`)) }, SKIP_TIMEOUT_MS)
-  })
-  try {
-    const value = await Promise.race([pending, timeout])
-    if (typeof value === 'boolean') return value
-    onFailure(`resolved to a value of type ${value === null ? 'null' : typeof value}`)
+/** An async predicate's answer: only a boolean in time counts; anything else is a failure (false). */
+function answerOf (outcome: Outcome, onFailure: (cause: string) => void): boolean {
+  if (!outcome.ok) {
+    onFailure(outcome.error instanceof Error ? outcome.error.message : String(outcome.error))
     return false
-  } catch (error) {
-    onFailure(error instanceof Error ? error.message : String(error))
-    return false
-  } finally {
-    clearTimeout(timer)
   }
+  const value = outcome.value
+  if (typeof value === 'boolean') return value
+  onFailure(`resolved to a value of type ${value === null ? 'null' : typeof value}`)
+  return false
 }

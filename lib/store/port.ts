@@ -18,12 +18,6 @@ export interface BlockRun {
   shadow: boolean
   /** The tier this run applies to, or undefined when the block has no tiers. */
   tier: string | undefined
-  /** `"name";q=100;w=60` (plus `;tier="pro"` with tiers), rendered once by headers.ts. */
-  policyItem: string
-  /** The quota the headers state (`q`): the limit, or the burst capacity for token-bucket and gcra. */
-  quota: number
-  /** The headers' `w` in seconds: the window, or the time to refill the burst (headers.ts, headerQuota). */
-  windowSeconds: number
   /** Escalation for repeat offenders, when the block declares `penalty`. */
   penalty?: Penalty
   /** This instance's share while Redis is unavailable (onRedisError 'local'), when known. */

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import { LruMap } from './lru-map.js'
 
 /*
  * Log throttling: a flood (a Redis outage, a scraper over its limit) must
@@ -40,23 +41,17 @@ export class BurstLogger {
  * like the deny cache (an evicted key may log once more, never less).
  */
 export class OncePerWindow {
-  readonly #max: number
-  readonly #until = new Map<string, number>()
+  readonly #until: LruMap<string, number>
 
   constructor (max = 10_000) {
-    this.#max = max
+    this.#until = new LruMap(max)
   }
 
   /** True the first time for `key` until `until`; false while that window lasts. */
   first (key: string, now: number, until: number): boolean {
-    const known = this.#until.get(key)
+    const known = this.#until.peek(key)
     if (known !== undefined && known > now) return false
-    this.#until.delete(key)
     this.#until.set(key, until)
-    if (this.#until.size > this.#max) {
-      const oldest = this.#until.keys().next().value
-      if (oldest !== undefined) this.#until.delete(oldest)
-    }
     return true
   }
 }

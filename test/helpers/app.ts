@@ -80,9 +80,6 @@ export function testRun (block: { algorithm: AlgorithmName, limit: number, windo
     scriptArgs: [String(block.limit), String(block.windowMs), String(block.limit)],
     shadow: block.shadow,
     tier: undefined,
-    policyItem: '',
-    quota: block.limit,
-    windowSeconds: Math.ceil(block.windowMs / 1000),
     penalty: block.penalty
   }
 }

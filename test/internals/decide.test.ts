@@ -1,6 +1,6 @@
 import { test } from 'tap'
 import type { RawDecision } from '../../lib/store/algorithms.js'
-import { combine } from '../../lib/decide/evaluate.js'
+import { combine } from '../../lib/decide/combine.js'
 import { compilePolicy, type CompileContext } from '../../lib/policy/policy.js'
 
 /*

@@ -1,0 +1,84 @@
+import type { RawDecision } from '../store/algorithms.js'
+import type { Outcome } from '../diagnostics.js'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { BlockRun } from '../store/port.js'
+
+/** How per-block decisions combine (see combine). */
+export interface Verdict {
+  rejected: boolean
+  binding: number
+  /** The binding block's decision (a stand-in on a degraded verdict). */
+  top: RawDecision
+  outcome: Exclude<Outcome, 'skipped'>
+  /** Enforced blocks that refused (names). */
+  violated: string[]
+  /** Shadow blocks that would have refused, when no enforced block did (names). */
+  shadowViolated: string[]
+  /** The binding refusal's retry delay (ms), -1 when nothing was refused. */
+  latestRetryMs: number
+}
+
+/** The binding decision where no block was decided (a policy always has one; never read then). */
+const NO_DECISION: RawDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0, retryAfterMs: 0 })
+
+/** The names of the blocks that refused: enforced ones when `enforced`, else shadow ones. */
+function refusedNames (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, enforced: boolean): string[] {
+  const names: string[] = []
+  for (let i = 0; i < runs.length; i++) {
+    const decision = decisions[i]
+    const block = policy.blocks[i]
+    if (decision === undefined || block === undefined || decision.allowed || runs[i]?.shadow === enforced) continue
+    names.push(block.name)
+  }
+  return names
+}
+
+/**
+ * The one rule for several blocks: refused when any enforced block refuses,
+ * and then the binding block is the refusing one with the latest retry;
+ * otherwise the enforced block with the fewest units left, or, with no
+ * enforced block, the first shadow block that would have refused. Blocks
+ * without a decision (a deny-cache answer knows only some) are skipped. Pure.
+ */
+export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>): Verdict {
+  let rejected = false
+  let binding = 0
+  let top = decisions[0] ?? NO_DECISION
+  let latest = -1
+  let fewest = Infinity
+  let shadowBinding = -1
+  for (let i = 0; i < runs.length; i++) {
+    const decision = decisions[i]
+    if (decision === undefined) continue
+    if (runs[i]?.shadow === true) {
+      if (!decision.allowed && shadowBinding === -1) shadowBinding = i
+      continue
+    }
+    if (!decision.allowed) {
+      rejected = true
+      if (decision.retryAfterMs > latest) {
+        latest = decision.retryAfterMs
+        binding = i
+        top = decision
+      }
+    } else if (!rejected && decision.remaining < fewest) {
+      fewest = decision.remaining
+      binding = i
+      top = decision
+    }
+  }
+  const shadowLimited = !rejected && shadowBinding !== -1
+  if (shadowLimited && fewest === Infinity) {
+    binding = shadowBinding
+    top = decisions[shadowBinding] ?? NO_DECISION
+  }
+  return {
+    rejected,
+    binding,
+    top,
+    outcome: rejected ? (top.penalized === true ? 'penalized' : 'limited') : shadowLimited ? 'shadow-limited' : 'allowed',
+    violated: rejected ? refusedNames(policy, runs, decisions, true) : [],
+    shadowViolated: shadowLimited ? refusedNames(policy, runs, decisions, false) : [],
+    latestRetryMs: latest
+  }
+}

@@ -1,0 +1,74 @@
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
+import type { RawDecision } from '../store/algorithms.js'
+import type { Charge } from './decision-math.js'
+import type { CircuitBreaker } from './circuit-breaker.js'
+import type { DenyCache } from './deny-cache.js'
+import type { DecisionSource, Metrics } from '../diagnostics.js'
+import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
+import type { MemoryStore } from '../store/memory/store.js'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { BlockRun, Store } from '../store/port.js'
+import type { RateLimitDecision, RateLimitStats } from '../types.js'
+
+/*
+ * What the engine takes (a Runtime, a DecisionInput, a DecisionOrigin) and
+ * gives (an Evaluation). Per-block data stays in parallel arrays indexed by
+ * block (runs[i], keys[i], costs[i], decisions[i], policy.blocks[i]), passed
+ * as these records, so no object is built per block per request.
+ */
+
+/** What every decision shares: built once per plugin instance. */
+export interface Runtime {
+  store: Store
+  stats: RateLimitStats
+  /** Logs store failures at most once per burst (see BurstLogger). */
+  failures: BurstLogger
+  /** Logs bad cost results at most once per burst. */
+  badInput: BurstLogger
+  /** The local deny cache, or undefined when `denyCache: false`. */
+  denyCache: DenyCache | undefined
+  /** Rejections are logged once per identity per window. */
+  rejections: OncePerWindow
+  /** The plugin clock (the injected test clock, else Date.now). */
+  clock: () => number
+  /** The plugin option `tier`, if any. */
+  tier: ((request: FastifyRequest) => unknown) | undefined
+  /** OpenTelemetry instruments, once loaded at ready(). */
+  metrics: Metrics | undefined
+  /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */
+  breaker: CircuitBreaker | undefined
+  /** onRedisError 'local': this instance's own limiter, created at its first call and the same after. */
+  localStore: () => MemoryStore
+}
+
+/** One decision to take: the policy, the runs for the caller's tier, and one key and cost per block. */
+export interface DecisionInput {
+  policy: CompiledPolicy
+  runs: readonly BlockRun[]
+  keys: readonly string[]
+  costs: readonly number[]
+}
+
+/** Where a decision is reported: the request's logger and the name logs and metrics use. */
+export interface DecisionOrigin {
+  log: FastifyBaseLogger
+  /** `GET /orders/:id`, or `api GET /orders/:id` for consume(). */
+  route: string
+  source: DecisionSource
+}
+
+/** The result of one decision, for the hook (headers, reply) and the API. */
+export interface Evaluation {
+  decision: RateLimitDecision
+  /** Per block, undefined where unknown (a deny-cache answer) or on a store failure. */
+  decisions: ReadonlyArray<RawDecision | undefined>
+  rejected: boolean
+  /** What admitting blocks' `remaining` means (see shownRemaining). */
+  charge: Charge
+  /** Block the legacy headers and the top-level decision report. */
+  binding: number
+  violated: string[]
+  shadowViolated: string[]
+  retrySeconds: number
+  source: DecisionSource
+}

@@ -1,0 +1,45 @@
+import type { RawDecision } from '../store/algorithms.js'
+import { UNAVAILABLE_RETRY_SECONDS } from './decision-math.js'
+import { combine, type Verdict } from './combine.js'
+import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
+import { toEvaluation } from './evaluation.js'
+import { errorCause, storeErrorChannel } from '../diagnostics.js'
+import type { BlockRun } from '../store/port.js'
+
+/** Failures that say the store is unhealthy (not a bad key or a full queue): they open the breaker. */
+export function storeUnhealthy (error: unknown): boolean {
+  const cause = errorCause(error)
+  return cause === 'timeout' || cause === 'unavailable'
+}
+
+/** Counts, publishes and logs (throttled) one store failure. */
+function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): void {
+  const { policy } = input
+  runtime.stats.degraded++
+  const cause = errorCause(error)
+  runtime.metrics?.storeError(origin.route, cause)
+  if (storeErrorChannel.hasSubscribers) storeErrorChannel.publish({ route: origin.route, cause, error })
+  runtime.failures.report(origin.log, { err: error, route: origin.route, policy: policy.name, onRedisError: policy.onRedisError }, policy.onRedisError === 'local' ? 'rate limiter degraded: decided by this instance\'s local limit' : 'rate limiter degraded: decision not enforced')
+}
+
+/** onRedisError 'local': this instance's share of each block (policy.ts made sure every block has one), on its own limiter. */
+async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<Evaluation> {
+  const runs: BlockRun[] = input.runs.map((run) => ({ ...run, params: run.local ?? run.params }))
+  const local = { ...input, runs }
+  const decisions = await runtime.localStore().decide(runs, input.keys, input.costs, 'charge')
+  // The decision channel names no shadow refusal of the local limiter.
+  const verdict: Verdict = { ...combine(input.policy, runs, decisions), shadowViolated: [] }
+  if (verdict.rejected) runtime.stats.limited++
+  else runtime.stats.allowed++
+  return toEvaluation(local, decisions, verdict, 'local', 'charge')
+}
+
+/** The store failed: the route's onRedisError decides, and the failure is reported (throttled). */
+export async function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): Promise<Evaluation> {
+  report(input, origin, runtime, error)
+  if (input.policy.onRedisError === 'local') return await decideLocally(input, runtime)
+  const closed = input.policy.onRedisError === 'closed' && !input.policy.allShadow
+  const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0 }
+  const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], latestRetryMs: -1 }
+  return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, origin.source, 'charge')
+}

@@ -1,0 +1,106 @@
+import { performance } from 'node:perf_hooks'
+import type { RawDecision } from '../store/algorithms.js'
+import { retryAfterSeconds, shownRemaining, UNAVAILABLE_RETRY_SECONDS, type Charge } from './decision-math.js'
+import type { Verdict } from './combine.js'
+import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
+import { decisionChannel, type DecisionSource } from '../diagnostics.js'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { DecideMode } from '../store/port.js'
+import type { RateLimitPolicyDecision } from '../types.js'
+
+function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, charge: Charge): RateLimitPolicyDecision[] {
+  const { policy, runs, costs } = input
+  const out: RateLimitPolicyDecision[] = []
+  for (let i = 0; i < runs.length; i++) {
+    const decision = decisions[i]
+    const run = runs[i]
+    const block = policy.blocks[i]
+    const cost = costs[i]
+    if (decision === undefined || run === undefined || block === undefined || cost === undefined) continue
+    out.push({
+      policy: block.name,
+      allowed: decision.allowed,
+      limit: run.params.limit,
+      remaining: shownRemaining(decision, cost, charge),
+      resetMs: decision.resetMs,
+      retryAfterMs: decision.retryAfterMs,
+      shadow: run.shadow,
+      tier: run.tier
+    })
+  }
+  return out
+}
+
+/**
+ * The one place an Evaluation is built. Admitting blocks were charged only
+ * when the store was asked to charge (`mode`) and nothing refused; a decision
+ * is degraded when the store failed (onRedisError decided it: the outcome
+ * says `degraded`, or this instance's local limiter answered).
+ */
+export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode): Evaluation {
+  const { policy, runs, costs } = input
+  const { rejected, binding, outcome, top } = verdict
+  const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
+  const run = runs[binding]
+  return {
+    decision: {
+      allowed: !rejected,
+      limit: run?.params.limit ?? 0,
+      remaining: shownRemaining(top, costs[binding] ?? 0, charge),
+      resetMs: top.resetMs,
+      retryAfterMs: top.retryAfterMs,
+      policy: policy.blocks[binding]?.name ?? policy.name,
+      degraded: outcome === 'degraded' || source === 'local',
+      outcome,
+      tier: run?.tier,
+      policies: policyDecisions(input, decisions, charge)
+    },
+    decisions,
+    rejected,
+    charge,
+    binding,
+    violated: verdict.violated,
+    shadowViolated: verdict.shadowViolated,
+    retrySeconds: outcome === 'degraded' ? UNAVAILABLE_RETRY_SECONDS : rejected ? retryAfterSeconds(verdict.latestRetryMs) : 0,
+    source
+  }
+}
+
+/** Metrics and the decision channel; nothing is measured when neither listens. */
+export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, startedAt: number): void {
+  const metrics = runtime.metrics
+  if (metrics === undefined && !decisionChannel.hasSubscribers) return
+  const durationMs = performance.now() - startedAt
+  const { decision } = evaluation
+  metrics?.decision(origin.route, decision.policy, decision.outcome, durationMs)
+  if (evaluation.source === 'deny-cache') metrics?.denyCacheHit(origin.route, decision.policy)
+  if (decisionChannel.hasSubscribers) {
+    decisionChannel.publish({
+      route: origin.route,
+      policy: decision.policy,
+      outcome: decision.outcome,
+      violated: evaluation.violated,
+      shadowViolated: evaluation.shadowViolated,
+      tier: decision.tier,
+      source: evaluation.source,
+      durationMs,
+      identityKinds: input.policy.identityKinds
+    })
+  }
+}
+
+/**
+ * A request let through unlimited by `allowList` or a route's `skip`: no
+ * store call and no decision, but counted (`stats().skipped`) and published
+ * like one (outcome `skipped`, source `allow-list` or `skip`).
+ */
+export function recordSkip (runtime: Runtime, policy: CompiledPolicy, source: 'allow-list' | 'skip', startedAt: number): void {
+  runtime.stats.skipped++
+  const metrics = runtime.metrics
+  if (metrics === undefined && !decisionChannel.hasSubscribers) return
+  const durationMs = performance.now() - startedAt
+  metrics?.decision(policy.route, policy.name, 'skipped', durationMs)
+  if (decisionChannel.hasSubscribers) {
+    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome: 'skipped', violated: [], shadowViolated: [], tier: undefined, source, durationMs, identityKinds: [] })
+  }
+}

@@ -1,0 +1,194 @@
+import type { FastifyRequest } from 'fastify'
+import { callPredicate, type SkipPredicate } from './allow-list.js'
+import type { Runtime } from '../decide/evaluate.js'
+import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
+import { assembleKeys } from '../keys/layout.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { BlockRun } from '../store/port.js'
+import { isCost, isCount } from '../policy/validate.js'
+import { awaitWithin, isThenable, type Outcome as Settled } from '../util/settle.js'
+
+/*
+ * What one request contributes to its decision: whether it is skipped, its
+ * tier, its per-block limits, keys and costs. A user function that answers
+ * synchronously stays synchronous (no promise on the hot path); an async one
+ * is bounded, and whatever fails is logged (throttled) and falls back.
+ */
+
+/** What these functions read from the runtime. */
+export interface InputRuntime extends Runtime {
+  /** Milliseconds an async `tier` or `requestLimit` may take (plugin option identityTimeout). */
+  identityTimeout: number
+}
+
+/** One `allowList` or `skip` predicate and the source it reports. */
+export interface SkipCheck {
+  source: 'allow-list' | 'skip'
+  predicate: SkipPredicate
+}
+
+/** The route's skip checks in order (the plugin's allowList first), built once per route. */
+export function skipChecks (policy: CompiledPolicy, allowList: SkipPredicate | undefined): SkipCheck[] {
+  const checks: SkipCheck[] = allowList === undefined ? [] : [{ source: 'allow-list', predicate: allowList }]
+  for (const predicate of policy.skips) checks.push({ source: 'skip', predicate })
+  return checks
+}
+
+/**
+ * Whether one of `checks` lets the request through: the source that did,
+ * else undefined. A failing predicate counts as "no".
+ */
+export function skipSource (policy: CompiledPolicy, checks: readonly SkipCheck[], request: FastifyRequest, runtime: Runtime, from = 0): SkipCheck['source'] | undefined | Promise<SkipCheck['source'] | undefined> {
+  for (let i = from; i < checks.length; i++) {
+    const check = checks[i]
+    if (check === undefined) continue
+    const answer = callPredicate(check.predicate, request, (cause) => {
+      runtime.badInput.report(request.log, { err: new FST_RRL_SKIP_FAILED(check.source === 'skip' ? 'skip' : 'allowList', policy.route), cause, route: policy.route }, 'rate limit allowList or skip failed; the request is limited as usual')
+    })
+    if (answer === true) return check.source
+    if (answer !== false) return answer.then((yes) => yes ? check.source : skipSource(policy, checks, request, runtime, i + 1))
+  }
+  return undefined
+}
+
+/** How a bad cost result is described in the log: never the value itself, only its kind. */
+function describeCost (value: unknown, thenable: boolean): string {
+  if (value instanceof Error) return `an error (${value.message})`
+  if (typeof value === 'number') return String(value)
+  return thenable ? 'a Promise (cost functions must be synchronous)' : `a value of type ${value === null ? 'null' : typeof value}`
+}
+
+function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
+  const cost = block.cost
+  if (typeof cost === 'number') return cost
+  let value: unknown
+  try {
+    value = cost(request)
+  } catch (error) {
+    value = error
+  }
+  if (isCost(value)) return value
+  // A broken cost function must neither crash the request nor let it through for free.
+  // An async one's rejection must not go unhandled.
+  const thenable = isThenable(value)
+  if (thenable) Promise.resolve(value).catch(() => {})
+  runtime.badInput.report(request.log, { err: new FST_RRL_INVALID_COST(route, describeCost(value, thenable)), route }, 'rate limit cost function returned an invalid cost')
+  return 1
+}
+
+export function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime: Runtime): number[] {
+  const blocks = policy.blocks
+  const costs = new Array<number>(blocks.length)
+  for (let i = 0; i < blocks.length; i++) {
+    const block = blocks[i]
+    costs[i] = block === undefined ? 1 : requestCost(block, policy.route, request, runtime)
+  }
+  return costs
+}
+
+/** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
+function failure (settled: Settled): string {
+  if (settled.ok) {
+    const value = settled.value
+    // null and undefined mean "none" and are not reported; numbers are shown (they are not secrets).
+    return `returned ${typeof value === 'number' ? String(value) : `a value of type ${typeof value}`}`
+  }
+  const error = settled.error
+  return error instanceof Error ? `failed (${error.message})` : `failed (threw or rejected with a ${typeof error})`
+}
+
+/** Calls `fn`; a promise it returns is awaited at most identityTimeout ms. Sync results stay sync. */
+function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: InputRuntime): Settled | Promise<Settled> {
+  let value: unknown
+  try {
+    value = fn(request)
+  } catch (error) {
+    return { ok: false, error }
+  }
+  return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
+}
+
+function reportValue (request: FastifyRequest, runtime: Runtime, what: string, route: string, settled: Settled, instead: string): void {
+  runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(settled)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
+}
+
+/** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
+function tierOf (settled: Settled, request: FastifyRequest, runtime: Runtime, route: string): string | undefined {
+  if (settled.ok && typeof settled.value === 'string') return settled.value
+  if (!settled.ok || (settled.value !== undefined && settled.value !== null)) reportValue(request, runtime, 'tier', route, settled, 'using the default tier')
+  return undefined
+}
+
+/** The request's tier (sync unless the `tier` function returned a promise). */
+export function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: InputRuntime): string | undefined | Promise<string | undefined> {
+  const tier = runtime.tier
+  if (policy.tierRuns === undefined || tier === undefined) return undefined
+  const settled = callBounded(tier, request, runtime)
+  return settled instanceof Promise
+    ? settled.then((result) => tierOf(result, request, runtime, policy.route))
+    : tierOf(settled, request, runtime, policy.route)
+}
+
+/** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
+function limitOf (settled: Settled, block: CompiledBlock, request: FastifyRequest, runtime: Runtime, route: string): number | undefined {
+  if (settled.ok && isCount(settled.value, block.maxLimit)) return settled.value
+  // undefined / null: no limit of its own for this request (not an error).
+  if (settled.ok && (settled.value === undefined || settled.value === null)) return undefined
+  reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, settled, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
+  return undefined
+}
+
+/**
+ * Per block, the `requestLimit` result (undefined: no function, or unusable).
+ * A Promise only when some function returned one; it never rejects.
+ */
+export function requestLimits (policy: CompiledPolicy, request: FastifyRequest, runtime: InputRuntime): Array<number | undefined> | Promise<Array<number | undefined>> {
+  const blocks = policy.blocks
+  const limits = new Array<number | undefined>(blocks.length)
+  let pending: Array<Promise<void>> | undefined
+  for (let i = 0; i < blocks.length; i++) {
+    const block = blocks[i]
+    if (block?.requestLimit === undefined) continue
+    const settled = callBounded(block.requestLimit, request, runtime)
+    if (settled instanceof Promise) {
+      pending ??= []
+      pending.push(settled.then((result) => { limits[i] = limitOf(result, block, request, runtime, policy.route) }))
+    } else {
+      limits[i] = limitOf(settled, block, request, runtime, policy.route)
+    }
+  }
+  return pending === undefined ? limits : Promise.all(pending).then(() => limits)
+}
+
+/** The tier's runs with each block's request limit applied (a new list only when some limit differs). */
+export function withLimits (policy: CompiledPolicy, runs: readonly BlockRun[], limits: ReadonlyArray<number | undefined>): readonly BlockRun[] {
+  let out: BlockRun[] | undefined
+  for (let i = 0; i < runs.length; i++) {
+    const limit = limits[i]
+    const block = policy.blocks[i]
+    const base = runs[i]
+    if (limit === undefined || block === undefined || base === undefined) continue
+    const run = block.withLimit(base, limit)
+    if (run === base) continue
+    out ??= [...runs]
+    out[i] = run
+  }
+  return out ?? runs
+}
+
+/** One key per block; each distinct identity is resolved once. A Promise only when an identity function returned one. */
+export function requestKeys (policy: CompiledPolicy, request: FastifyRequest): string[] | Promise<string[]> {
+  const identities = policy.identities
+  const values = new Array<string>(identities.length)
+  let pending: Array<Promise<void>> | undefined
+  for (let i = 0; i < identities.length; i++) {
+    const value = identities[i]?.resolve(request) ?? ''
+    if (typeof value === 'string') {
+      values[i] = value
+    } else {
+      pending ??= []
+      pending.push(value.then((resolved) => { values[i] = resolved }))
+    }
+  }
+  return pending === undefined ? assembleKeys(policy, values) : Promise.all(pending).then(() => assembleKeys(policy, values))
+}

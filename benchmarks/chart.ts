@@ -125,19 +125,26 @@ export function loadNote (results: RunResult[]): string {
   return `${rounds} round(s), medians. Other processes used ${Math.round(other[0] as number)}–${Math.round(other.at(-1) as number)} % CPU (100 % = one core) during the measured runs: compare bars within this chart, not across machines.`
 }
 
-/** Reads a results JSON as run.ts writes it and writes its chart; false when it has no HTTP runs. */
-export function writeChart (jsonFile: string, svgFile: string, title: string): boolean {
-  const raw = JSON.parse(readFileSync(jsonFile, 'utf8')) as { http?: RunResult[] }
-  const rows = chartRows(raw.http ?? [])
-  if (rows.length === 0) return false
-  writeFileSync(svgFile, chartSvg(rows, title, loadNote(raw.http ?? [])))
-  return true
+/** The chart of a results JSON as run.ts writes it, titled with the run's name; undefined when it has no HTTP runs. */
+export function chartOf (jsonFile: string, name: string): string | undefined {
+  const results = (JSON.parse(readFileSync(jsonFile, 'utf8')) as { http?: RunResult[] }).http ?? []
+  const rows = chartRows(results)
+  if (rows.length === 0) return undefined
+  const connections = median(results.filter((run) => rows.some((row) => row.id === run.id)).map((run) => run.connections))
+  return chartSvg(rows, `Benchmark ${name}: HTTP, ${connections} connections`, loadNote(results))
+}
+
+/** Writes the chart of `jsonFile` to `svgFile`; false when there is nothing to chart. */
+export function writeChart (jsonFile: string, svgFile: string, name: string): boolean {
+  const svg = chartOf(jsonFile, name)
+  if (svg !== undefined) writeFileSync(svgFile, svg)
+  return svg !== undefined
 }
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
   const [json, out] = process.argv.slice(2)
   if (json === undefined) throw new Error('usage: tsx benchmarks/chart.ts <results.json> [out.svg]')
   const svg = out ?? json.replace(/\.json$/, '') + '.svg'
-  if (!writeChart(json, svg, `Benchmark ${basename(json, '.json')}: HTTP, 50 connections`)) throw new Error(`${json} has no HTTP runs to chart`)
+  if (!writeChart(json, svg, basename(json, '.json'))) throw new Error(`${json} has no HTTP runs to chart`)
   process.stderr.write(`written ${svg}\n`)
 }

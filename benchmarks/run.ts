@@ -410,7 +410,7 @@ async function main (): Promise<void> {
     const base = out.replace(/\.md$/, '')
     writeFileSync(base + '.json', JSON.stringify(raw, null, 2) + '\n')
     // The HTTP figures as a bar chart beside the markdown (docs/performance.md shows one).
-    const charted = writeChart(base + '.json', base + '.svg', `Benchmark ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC: HTTP, ${args.connections} connections`)
+    const charted = writeChart(base + '.json', base + '.svg', `${started.toISOString().slice(0, 16).replace('T', ' ')} UTC`)
     process.stderr.write(`written ${out}${charted ? ` and ${base}.svg` : ''}\n`)
   }
 }

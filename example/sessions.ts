@@ -55,15 +55,15 @@ async function startDemo (run: Spawn): Promise<{ port: number, stop: () => Promi
   let output = ''
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  const exited = (): boolean => child.exitCode !== null || child.signalCode !== null
+  // Polled, not awaited as an event: a spawner that unrefs its children (the tests') would let the process exit meanwhile.
   const stop = async (): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return
-    const exited = once(child, 'exit')
-    child.kill('SIGTERM')
-    await exited
+    if (!exited()) child.kill('SIGTERM')
+    for (let waited = 0; !exited() && waited < 10_000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
   }
   const deadline = Date.now() + 30_000
   while (!output.includes('Server listening')) {
-    if (Date.now() > deadline || child.exitCode !== null) {
+    if (Date.now() > deadline || exited()) {
       await stop()
       throw new Error(`the demo did not start:\n${output}`)
     }
@@ -73,12 +73,12 @@ async function startDemo (run: Spawn): Promise<{ port: number, stop: () => Promi
 }
 
 /** Runs the commands in one bash against `port`; one output per command. */
-async function runCommands (commands: string[], port: number, run: Spawn): Promise<string[]> {
+async function runCommands (commands: string[], port: number): Promise<string[]> {
   const marker = (i: number): string => `@@rrl-session-${i}@@`
   // In a terminal curl draws no progress meter; into a pipe it would, on stderr: -sS as in a terminal.
   const prelude = 'curl () { command curl -sS "$@"; }\n'
   const script = prelude + commands.map((command, i) => `printf '\\n%s\\n' '${marker(i)}'\n${command.replaceAll(SHOWN_HOST, `127.0.0.1:${port}`)}`).join('\n')
-  const child = run('bash', ['-c', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn('bash', ['-c', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''
   child.stdout?.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
@@ -106,7 +106,7 @@ async function renderBlock (body: string, run: Spawn): Promise<string> {
   if (commands.length === 0) throw new Error('a session block has no `$ ` command')
   const demo = await startDemo(run)
   try {
-    const outputs = await runCommands(commands, demo.port, run)
+    const outputs = await runCommands(commands, demo.port)
     return commands.map((command, i) => {
       const output = outputs[i] as string
       return output === '' ? `$ ${command}\n` : `$ ${command}\n${output}\n${i + 1 < commands.length ? '\n' : ''}`

@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url'
 import { CONFIGS, configById, OVERLOAD_LIMIT, QUICK_IDS, type BenchConfig } from './configs.js'
 import { machineDescription, median, packageVersion, startRedis } from './common.js'
 import { emptyResult, liveServers, runOne, type RunResult } from './http.js'
+import { writeChart } from './chart.js'
 import { summarise as summariseProfile } from './profile.js'
 import { runScriptBench } from './scripts.js'
 
@@ -406,8 +407,11 @@ async function main (): Promise<void> {
   if (out !== undefined) {
     mkdirSync(dirname(out), { recursive: true })
     writeFileSync(out, markdown)
-    writeFileSync(out.replace(/\.md$/, '') + '.json', JSON.stringify(raw, null, 2) + '\n')
-    process.stderr.write(`written ${out}\n`)
+    const base = out.replace(/\.md$/, '')
+    writeFileSync(base + '.json', JSON.stringify(raw, null, 2) + '\n')
+    // The HTTP figures as a bar chart beside the markdown (docs/performance.md shows one).
+    const charted = writeChart(base + '.json', base + '.svg', `${started.toISOString().slice(0, 16).replace('T', ' ')} UTC`)
+    process.stderr.write(`written ${out}${charted ? ` and ${base}.svg` : ''}\n`)
   }
 }
 

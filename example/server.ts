@@ -46,6 +46,8 @@ declare module '@fastify/jwt' {
 
 const redisUrl = process.env.REDIS_URL
 const port = Number(process.env.PORT ?? 3000)
+// `npm run docs:sessions` freezes the limiter's clock (the `clock` option, for tests), so the sessions in the docs are the same on every run.
+const frozenClock = process.env.DEMO_FROZEN_CLOCK_MS === undefined ? undefined : Number(process.env.DEMO_FROZEN_CLOCK_MS)
 
 // Behind a load balancer you would trust its addresses here, e.g. ['10.0.0.0/8'].
 const app = Fastify({ logger: true, trustProxy: false })
@@ -115,7 +117,8 @@ await app.register(rateLimit, {
     }
   }),
   // Scanners' 404s: one bucket per caller for every URL that does not exist.
-  notFound: { limit: 20, window: '1m' }
+  notFound: { limit: 20, window: '1m' },
+  ...(frozenClock === undefined ? {} : { clock: () => frozenClock })
 })
 
 // Every decision is published on node:diagnostics_channel (OpenTelemetry metrics too, where an SDK is registered).

@@ -1,7 +1,8 @@
 /**
- * The README's TypeScript is code, not prose: every ```ts block is
- * type-checked under this project's strict settings, and the Quick Start runs
- * as copied against a private redis-server.
+ * The documents' TypeScript is code, not prose: every ```ts block of
+ * README.md and docs/*.md is type-checked under this project's strict
+ * settings, and the README's Quick Start runs as copied against a private
+ * redis-server.
  *
  * The blocks are checked as the modules of one project that followed the
  * Quick Start (its `declare module 'fastify'` merge applies to all of them,
@@ -10,7 +11,7 @@
  * resolves to this tree's lib/.
  */
 import { test } from 'tap'
-import { readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { join } from 'node:path'
 import ts from 'typescript'
@@ -18,22 +19,27 @@ import { freePort, spawnOwned, tempDir } from '../helpers/processes.js'
 import { startRedisServer } from '../helpers/redis.js'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
-const readme = readFileSync(join(root, 'README.md'), 'utf8')
 const entry = join(root, 'lib', 'index.ts')
+// The README first: its first block is the Quick Start.
+const documents = ['README.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).sort().map((name) => `docs/${name}`)]
 
-interface Block { line: number, code: string }
+interface Block { file: string, line: number, code: string }
 const blocks: Block[] = []
-for (const match of readme.matchAll(/^```ts\n([\s\S]*?)^```$/gm)) {
-  blocks.push({ line: readme.slice(0, match.index).split('\n').length, code: match[1] as string })
+for (const file of documents) {
+  const text = readFileSync(join(root, file), 'utf8')
+  for (const match of text.matchAll(/^```ts\n([\s\S]*?)^```$/gm)) {
+    blocks.push({ file, line: text.slice(0, match.index).split('\n').length, code: match[1] as string })
+  }
 }
 
-test('every ```ts block of the README type-checks under strict', async (t) => {
+test('every ```ts block of README.md and docs/*.md type-checks under strict', async (t) => {
   t.ok(blocks.length >= 7, `${blocks.length} blocks`)
+  t.ok(new Set(blocks.map((block) => block.file)).size >= 5, 'from the README and the docs pages')
   const config = ts.readConfigFile(join(root, 'tsconfig.json'), ts.sys.readFile)
   const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, root)
   Object.assign(options, { noEmit: true, paths: { 'fastify-redis-rate-limit': [entry] } })
   // Virtual files next to the project's own, so packages resolve from its node_modules.
-  const files = new Map(blocks.map((block) => [join(root, `README.md-line-${block.line}.ts`), block]))
+  const files = new Map(blocks.map((block) => [join(root, `${block.file.replace('/', '-')}-line-${block.line}.ts`), block]))
   const host = ts.createCompilerHost(options)
   const { fileExists, readFile } = host
   host.fileExists = (name) => files.has(name) || fileExists(name)
@@ -47,13 +53,13 @@ test('every ```ts block of the README type-checks under strict', async (t) => {
       const at = d.start === undefined || d.file === undefined ? '' : `line ${block.line + d.file.getLineAndCharacterOfPosition(d.start).line + 1}: `
       return `${at}TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`
     })
-    t.same(messages, [], `README block at line ${block.line} compiles`)
+    t.same(messages, [], `${block.file} block at line ${block.line} compiles`)
   }
 })
 
 test('the Quick Start runs as copied: routes answer with their limits against a real Redis', async (t) => {
   const quickStart = blocks[0]
-  if (quickStart === undefined) throw new Error('no ```ts block in the README')
+  if (quickStart?.file !== 'README.md') throw new Error('no ```ts block in the README')
   t.match(quickStart.code, /await app\.listen/, 'the first block is the Quick Start')
   const server = await startRedisServer()
   t.teardown(async () => { await server.stop() })

@@ -1,0 +1,77 @@
+import { test } from 'tap'
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { dirname, join, relative } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = fileURLToPath(new URL('../..', import.meta.url))
+const read = (file: string): string => readFileSync(join(root, file), 'utf8')
+const pages = readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).sort().map((name) => `docs/${name}`)
+const documents = ['README.md', 'CONTRIBUTING.md', ...pages]
+
+/** Text outside fenced code blocks: headings and links in code are not the document's. */
+const prose = (text: string): string => text.replace(/^```[\s\S]*?^```$/gm, '')
+
+/** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
+function anchors (text: string): Set<string> {
+  const out = new Set<string>()
+  for (const [, heading] of prose(text).matchAll(/^#{1,6} (.+)$/gm)) {
+    out.add((heading as string).trim().toLowerCase().replace(/`/g, '').replace(/[^\p{L}\p{N}_\- ]/gu, '').replace(/ /g, '-'))
+  }
+  return out
+}
+
+test('every relative link of the documents reaches a file, and a heading in it', async (t) => {
+  let checked = 0
+  for (const file of documents) {
+    for (const [, target] of prose(read(file)).matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/.test(target as string)) continue // https:, mailto:
+      const [path, anchor] = (target as string).split('#') as [string, string | undefined]
+      const resolved = path === '' ? file : relative(root, join(root, dirname(file), path))
+      t.ok(existsSync(join(root, resolved)), `${file}: ${target as string} exists`)
+      if (anchor !== undefined && resolved.endsWith('.md') && existsSync(join(root, resolved))) {
+        t.ok(anchors(read(resolved)).has(anchor), `${file}: ${target as string} names a heading of ${resolved}`)
+      }
+      checked++
+    }
+  }
+  t.ok(checked >= 50, `${checked} links`)
+})
+
+test('the README indexes every docs/ page, and CONTRIBUTING.md', async (t) => {
+  const readme = read('README.md')
+  for (const page of pages) t.match(readme, `](${page})`, `${page} is in the index`)
+  t.match(readme, '](CONTRIBUTING.md)')
+})
+
+/** `name: ['a', 'b']` rows of one table in test/internals/layers.test.ts. */
+function rulesOf (name: string): Map<string, string[]> {
+  const source = read('test/internals/layers.test.ts')
+  const body = new RegExp(`const ${name}\\b[^=]*= \\{\\n([\\s\\S]*?)\\n\\}`).exec(source)?.[1]
+  if (body === undefined) throw new Error(`no ${name} table in layers.test.ts`)
+  const rows = [...body.matchAll(/^\s*(\w+): \[([^\]]*)\]/gm)]
+  return new Map(rows.map(([, tier, list]) => [tier as string, (list as string).split(',').map((item) => item.trim().replace(/'/g, '')).filter(Boolean)]))
+}
+
+test('CONTRIBUTING.md states the import rules exactly as layers.test.ts enforces them', async (t) => {
+  const allowed = rulesOf('ALLOWED')
+  const typesAlso = rulesOf('TYPES_ALSO')
+  t.ok(allowed.size >= 10, `${allowed.size} tiers`)
+  const section = read('CONTRIBUTING.md').split('### Import rules')[1]?.split('\n### ')[0] ?? ''
+  const list = (cell: string): string[] => cell.trim() === '—' ? [] : cell.split(',').map((item) => item.trim().replace(/`/g, ''))
+  const documented = new Map<string, [string[], string[]]>()
+  for (const [, tier, values, types] of section.matchAll(/^\| `(\w+)` \| ([^|]*) \| ([^|]*) \|$/gm)) {
+    documented.set(tier as string, [list(values as string), list(types as string)])
+  }
+  t.same([...documented.keys()].sort(), [...allowed.keys()].sort(), 'one row per tier')
+  for (const [tier, values] of allowed) {
+    t.same(documented.get(tier)?.[0], values, `${tier}: values`)
+    t.same(documented.get(tier)?.[1], typesAlso.get(tier) ?? [], `${tier}: types only`)
+  }
+})
+
+test('CONTRIBUTING.md names every folder of lib/', async (t) => {
+  const contributing = read('CONTRIBUTING.md')
+  const folders = readdirSync(join(root, 'lib')).filter((name) => statSync(join(root, 'lib', name)).isDirectory())
+  t.ok(folders.length >= 5, folders.join(', '))
+  for (const folder of folders) t.match(contributing, `| \`lib/${folder}/\` |`, `lib/${folder}/ has a row`)
+})

@@ -129,6 +129,28 @@ export async function startServer (args: string[] = [], options: { port?: number
   }
 }
 
+/**
+ * Fail-fast admin clients, one per port and reused; `stop` disconnects them
+ * and stops every server in `servers` (the caller keeps pushing to it).
+ */
+function adminPool (servers: ManagedServer[]): { admin: (port: number) => Redis, stop: () => Promise<void> } {
+  const admins = new Map<number, Redis>()
+  const admin = (port: number): Redis => {
+    let client = admins.get(port)
+    if (client === undefined) {
+      client = adminClient(port)
+      admins.set(port, client)
+    }
+    return client
+  }
+  const stop = async (): Promise<void> => {
+    for (const client of admins.values()) client.disconnect()
+    admins.clear()
+    await Promise.all(servers.map(async (server) => { await server.stop() }))
+  }
+  return { admin, stop }
+}
+
 /* ---------------------------------------------------------------- cluster */
 
 export interface ClusterNode { server: ManagedServer, id: string, port: number }
@@ -149,25 +171,12 @@ export interface ManagedCluster {
 /** Three masters on loopback, every slot assigned, cluster_state:ok on each node. About 2–3 s. */
 export async function startCluster (): Promise<ManagedCluster> {
   const servers: ManagedServer[] = []
-  const admins = new Map<number, Redis>()
-  const stop = async (): Promise<void> => {
-    for (const client of admins.values()) client.disconnect()
-    admins.clear()
-    await Promise.all(servers.map(async (server) => { await server.stop() }))
-  }
+  const { admin, stop } = adminPool(servers)
   try {
     for (let i = 0; i < 3; i++) {
       servers.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'], { label: 'cluster' }))
     }
     await execFileAsync('redis-cli', ['--cluster', 'create', ...servers.map((s) => `${HOST}:${s.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 20_000 })
-    const admin = (port: number): Redis => {
-      let client = admins.get(port)
-      if (client === undefined) {
-        client = adminClient(port)
-        admins.set(port, client)
-      }
-      return client
-    }
     await waitFor('cluster_state:ok on every node', async () => {
       for (const server of servers) {
         const info = await admin(server.port).cluster('INFO') as string
@@ -238,20 +247,7 @@ export interface ManagedSentinel {
 /** A master, one replica (link up) and one sentinel that knows both. */
 export async function startSentinel (name = 'mymaster'): Promise<ManagedSentinel> {
   const started: ManagedServer[] = []
-  const admins = new Map<number, Redis>()
-  const admin = (port: number): Redis => {
-    let client = admins.get(port)
-    if (client === undefined) {
-      client = adminClient(port)
-      admins.set(port, client)
-    }
-    return client
-  }
-  const stop = async (): Promise<void> => {
-    for (const client of admins.values()) client.disconnect()
-    admins.clear()
-    await Promise.all(started.map(async (server) => { await server.stop() }))
-  }
+  const { admin, stop } = adminPool(started)
   try {
     const fast = ['--repl-diskless-sync-delay', '0']
     const master = await startServer(fast, { label: 'sentinel-master' })

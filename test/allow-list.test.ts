@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import rateLimit, { CHANNELS, errors, type DecisionMessage, type RateLimitDecision, type RateLimitPluginOptions } from '../lib/index.js'
 import { compileAllowList, callPredicate, SKIP_TIMEOUT_MS } from '../lib/request/allow-list.js'
-import { createClient, privateRedis } from './helpers/redis.js'
+import { createClient, privateRedis, scriptCalls } from './helpers/redis.js'
 
 /*
  * allowList and skip: no Redis call for the requests they let through
@@ -12,13 +12,6 @@ import { createClient, privateRedis } from './helpers/redis.js'
  * stats() and on the decision channel; failures fail safe (limited as
  * usual). Custom refusals: replyBuilder and useErrorHandler.
  */
-
-async function scriptCalls (admin: Redis): Promise<number> {
-  const stats = await admin.info('commandstats')
-  let calls = 0
-  for (const name of ['evalsha', 'eval']) calls += Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0)
-  return calls
-}
 
 async function app (t: Test, redis: Redis, options: RateLimitPluginOptions, serverOptions: FastifyServerOptions = {}): Promise<FastifyInstance> {
   const fastify = Fastify({ logger: false, ...serverOptions })

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
 import { buildApp } from './helpers/app.js'
-import { createClient } from './helpers/redis.js'
+import { createClient, scriptCalls } from './helpers/redis.js'
 import { adminClient, pluginClient, startProxy, startServer, type ManagedServer } from './helpers/topologies.js'
 
 /*
@@ -15,13 +15,6 @@ import { adminClient, pluginClient, startProxy, startServer, type ManagedServer 
  * number of decisions waiting on Redis is capped.
  */
 const LIMIT = 25
-
-async function scriptCalls (admin: Redis): Promise<number> {
-  const stats = await admin.info('commandstats')
-  let calls = 0
-  for (const name of ['evalsha', 'eval']) calls += Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0)
-  return calls
-}
 
 interface Setup { server: ManagedServer, admin: Redis, app: FastifyInstance, redis: Redis }
 

@@ -3,7 +3,7 @@ import { request } from 'undici'
 import type { FastifyInstance } from 'fastify'
 import { ALGORITHMS } from '../lib/index.js'
 import { buildApp } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /*
  * Two instances with their own Redis connections, one shared prefix: the
@@ -29,12 +29,7 @@ test('two instances, 200 concurrent requests, limit 25: exactly 25 admitted, for
   const prefix = uniquePrefix('cc')
   const fleet = [await instance(server.url, prefix), await instance(server.url, prefix)]
   const inspector = createClient(server)
-  t.teardown(async () => {
-    for (const member of fleet) await member.close()
-    const keys = await inspector.keys(`${prefix}:*`)
-    if (keys.length > 0) await inspector.del(...keys)
-    inspector.disconnect()
-  })
+  cleanUpPrefix(t, inspector, prefix, async () => { for (const member of fleet) await member.close() })
 
   for (const algorithm of ALGORITHMS) {
     const results = await Promise.all(Array.from({ length: REQUESTS }, async (_, i) => {

@@ -8,7 +8,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
 import { TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 
 const ok = async (): Promise<string> => 'ok'
 const ORIGIN = 'https://app.example'
@@ -25,12 +25,7 @@ async function build (t: Test, setup: Setup): Promise<{ app: FastifyInstance, re
   const redis = createClient(await getRedis())
   const prefix = uniquePrefix('cors')
   const app = Fastify({ logger: false })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  cleanUpPrefix(t, redis, prefix, async () => await app.close())
   const corsOptions: FastifyCorsOptions = { origin: ORIGIN, exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After'], ...setup.corsOptions }
   const plugin = { redis, prefix, clock: new TestClock().read, timeout: 5000, ...setup.plugin }
   setup.beforeCors?.(app)

@@ -2,7 +2,7 @@ import { test, type Test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateLimit, { type RateLimitApi } from '../lib/index.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { createClient, deletePrefix, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /*
  * Fastify encapsulation: registered in a child context the plugin limits that
@@ -16,10 +16,7 @@ async function shared (t: Test): Promise<{ redis: Redis, prefix: (label: string)
   const redis = createClient(await getRedis())
   const prefixes: string[] = []
   t.teardown(async () => {
-    for (const prefix of prefixes) {
-      const keys = await redis.keys(`${prefix}:*`)
-      if (keys.length > 0) await redis.del(...keys)
-    }
+    for (const prefix of prefixes) await deletePrefix(redis, prefix)
     redis.disconnect()
   })
   return { redis, prefix: (label) => { const prefix = uniquePrefix(label); prefixes.push(prefix); return prefix } }

@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { Client } from 'undici'
 import rateLimit from '../lib/index.js'
 import { TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /*
  * Hostile values in every field that feeds a key, over real HTTP connections
@@ -86,13 +86,7 @@ test('hostile identity values over real sockets', async (t) => {
   const origin = await app.listen({ port: 0, host: '127.0.0.1' })
   const port = Number(new URL(origin).port)
   const client = new Client(origin, { pipelining: 1 })
-  t.teardown(async () => {
-    await client.close()
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  cleanUpPrefix(t, redis, prefix, async () => { await client.close(); await app.close() })
 
   const send = async (method: 'GET' | 'POST', path: string, headers: Record<string, string>, body?: string): Promise<Reply> => {
     const res = await client.request({ method, path, headers, body })

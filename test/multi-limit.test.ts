@@ -9,10 +9,10 @@ import { test, type Test } from 'tap'
 import { request } from 'undici'
 import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, setupRedisApp, TestClock, testRun } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { buildApp, compileContext, setupRedisApp, setupStoreApp, TestClock, testRun } from './helpers/app.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/store/algorithms.js'
-import { compileGlobals, compilePolicy, type BlockRun, type CompileContext } from '../lib/policy/policy.js'
+import { compileGlobals, compilePolicy, type BlockRun } from '../lib/policy/policy.js'
 import { buildMultiScript } from '../lib/store/redis/scripts.js'
 import { MemoryStore } from '../lib/store/memory/store.js'
 
@@ -22,14 +22,7 @@ const setup = async (t: Test, options: Parameters<typeof buildApp>[0] = {}) => a
 
 for (const store of ['redis', 'memory'] as const) {
   test(`${store}: a route with two blocks admits only while both admit, and a refusal charges neither`, async (t) => {
-    const { app, clock } = store === 'redis'
-      ? await setup(t)
-      : await (async () => {
-        const clock = new TestClock()
-        const app = await buildApp({ store: 'memory', clock: clock.read })
-        t.teardown(() => app.close())
-        return { app, clock }
-      })()
+    const { app, clock } = await setupStoreApp(t, store, 'ml')
     app.get('/search', {
       config: {
         rateLimit: [
@@ -78,13 +71,7 @@ for (const store of ['redis', 'memory'] as const) {
   })
 
   test(`${store}: both blocks violated: Retry-After is the latest, both are named`, async (t) => {
-    const { app } = store === 'redis'
-      ? await setup(t)
-      : await (async () => {
-        const app = await buildApp({ store: 'memory', clock: new TestClock().read })
-        t.teardown(() => app.close())
-        return { app }
-      })()
+    const { app } = await setupStoreApp(t, store, 'ml')
     app.get('/x', { config: { rateLimit: [{ name: 'a', limit: 1, window: '1s', algorithm: 'fixed-window' }, { name: 'b', limit: 1, window: '1m', algorithm: 'fixed-window' }] } }, ok)
     await app.ready()
     t.equal((await app.inject('/x')).statusCode, 200)
@@ -145,7 +132,7 @@ test('shadow global block: recorded, never refuses; an enforced block still does
 })
 
 test('Redis Cluster: blocks of one request with different identities are refused at startup', async (t) => {
-  const context: CompileContext = { prefix: 'rl', onRedisError: 'open', mode: 'enforce', cluster: true, ipv6Subnet: 64, user: () => undefined, onPartError: () => {} }
+  const context = compileContext({ cluster: true, user: () => undefined })
   const globals = compileGlobals([{ limit: 5, window: '1m', by: 'user' }], context)
   t.throws(() => compilePolicy({ limit: 1, window: '1s', by: 'ip' }, 'GET', '/x', context, false, globals), { code: 'FST_RRL_INVALID_BLOCK', message: /same `by`/ })
   t.throws(() => compilePolicy([{ limit: 1, window: '1s', by: 'ip' }, { limit: 9, window: '1h', by: 'user' }], 'GET', '/x', context, false), { code: 'FST_RRL_INVALID_BLOCK' })
@@ -186,12 +173,7 @@ test('two instances, 200 concurrent requests, blocks 25/h and 40/h: exactly 25 a
     const base = await app.listen({ port: 0, host: '127.0.0.1' })
     fleet.push({ app, base, close: async () => { await app.close(); redis.disconnect() } })
   }
-  t.teardown(async () => {
-    for (const member of fleet) await member.close()
-    const keys = await inspector.keys(`${prefix}:*`)
-    if (keys.length > 0) await inspector.del(...keys)
-    inspector.disconnect()
-  })
+  cleanUpPrefix(t, inspector, prefix, async () => { for (const member of fleet) await member.close() })
   for (let index = 0; index < MIXES.length; index++) {
     const label = MIXES[index]?.join(' + ')
     const results = await Promise.all(Array.from({ length: 200 }, async (_, i) => {

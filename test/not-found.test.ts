@@ -2,7 +2,7 @@ import { test } from 'tap'
 import Fastify from 'fastify'
 import rateLimit from '../lib/index.js'
 import { setupRedisApp } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { createClient, deletePrefix, getRedis, uniquePrefix } from './helpers/redis.js'
 
 /*
  * `notFound`: the not-found handler is limited by a block, every 404 of the
@@ -70,6 +70,5 @@ test('in a child context, the not-found handler set in that context is limited; 
   const statuses = []
   for (const url of ['/api/nope', '/api/other', '/elsewhere', '/elsewhere']) statuses.push((await app.inject(url)).statusCode)
   t.same(statuses, [404, 429, 404, 404])
-  const keys = await redis.keys(`${prefix}:*`)
-  if (keys.length > 0) await redis.del(...keys)
+  await deletePrefix(redis, prefix)
 })

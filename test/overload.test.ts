@@ -2,7 +2,7 @@ import { test } from 'tap'
 import diagnostics from 'node:diagnostics_channel'
 import { ALGORITHMS, CHANNELS, type DecisionMessage } from '../lib/index.js'
 import { buildApp } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { startServer } from './helpers/topologies.js'
 
 /*
@@ -25,12 +25,7 @@ test(`${FLOOD} concurrent requests on one instance, limit ${LIMIT}: exactly ${LI
   }
   app.get('/multi', { config: { rateLimit: [{ limit: LIMIT, window: '1h', name: 'hourly' }, { algorithm: 'gcra', limit: 1000, window: '1s', burst: 1000, name: 'burst' }] } }, async () => 'ok')
   await app.ready()
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  cleanUpPrefix(t, redis, prefix, async () => await app.close())
 
   for (const path of [...ALGORITHMS.map((name) => `/${name}`), '/multi']) {
     const before = app.rateLimit.stats()
@@ -50,12 +45,7 @@ test('a reply that has arrived beats the timer: a blocked event loop does not tu
   app.get('/x', { config: { rateLimit: { limit: LIMIT, window: '1h', onRedisError: 'closed' } } }, async () => 'ok')
   await app.ready()
   await app.inject('/x') // connected, script loaded
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  cleanUpPrefix(t, redis, prefix, async () => await app.close())
 
   const pending = Array.from({ length: 100 }, async () => (await app.inject('/x')).statusCode)
   // Let the batch leave, then hold the event loop for 4 timeouts: Redis answers within

@@ -4,7 +4,7 @@ import rateLimit from '../lib/index.js'
 import { OVERRIDE_POLL_MS } from '../lib/api/overrides.js'
 import { TestClock } from './helpers/app.js'
 import { Cluster, Redis } from 'ioredis'
-import { createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+import { createClient, deletePrefix, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
 import { startCluster, waitFor } from './helpers/topologies.js'
 
 /*
@@ -22,11 +22,7 @@ async function instance (prefix: string, clock: TestClock, lines: Line[]): Promi
   await app.register(rateLimit, { redis, prefix, clock: clock.read, timeout: 5000 })
   app.get('/orders', { config: { rateLimit: { limit: 3, window: '1m' } } }, async () => 'ok')
   app.get('/two', { config: { rateLimit: [{ name: 'burst', limit: 2, window: '1s' }, { name: 'hourly', limit: 100, window: '1h' }] } }, async () => 'ok')
-  app.addHook('onClose', async () => {
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  app.addHook('onClose', async () => { await deletePrefix(redis, prefix); redis.disconnect() })
   await app.ready()
   return app
 }

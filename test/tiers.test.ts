@@ -4,19 +4,11 @@
  * so a caller that changes tier keeps its state, as each algorithm defines it.
  */
 import { test, type Test } from 'tap'
-import { ALGORITHMS } from '../lib/index.js'
-import { buildApp, TestClock } from './helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { ALGORITHMS, type RateLimitPluginOptions } from '../lib/index.js'
+import { setupRedisApp } from './helpers/app.js'
 
-async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}) {
-  const server = await getRedis()
-  const redis = createClient(server)
-  const prefix = uniquePrefix('tier')
-  const clock = new TestClock()
-  const app = await buildApp({
-    redis,
-    prefix,
-    clock: clock.read,
+async function setup (t: Test, options: RateLimitPluginOptions = {}) {
+  return await setupRedisApp(t, 'tier', {
     timeout: 5000,
     user: (req) => req.headers['x-user'] as string | undefined,
     tier: (req) => {
@@ -26,13 +18,6 @@ async function setup (t: Test, options: Parameters<typeof buildApp>[0] = {}) {
     },
     ...options
   })
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
-  return { app, redis, prefix, clock }
 }
 
 test('each tier gets its limit; unknown, missing or failing tiers get the default', async (t) => {

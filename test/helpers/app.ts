@@ -3,8 +3,9 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastif
 import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import rateLimit, { ALGORITHMS, type AlgorithmName, type RateLimitPluginOptions } from '../../lib/index.js'
+import type { CompileContext } from '../../lib/policy/block.js'
 import type { BlockRun, Penalty } from '../../lib/store/port.js'
-import { createClient, getRedis, uniquePrefix } from './redis.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './redis.js'
 
 /** A mutable test clock: scripts receive `now` instead of reading Redis TIME. */
 export class TestClock {
@@ -46,12 +47,7 @@ export async function setupRedisApp (t: Test, label: string, options: RateLimitP
   const prefix = uniquePrefix(label)
   const clock = new TestClock()
   const app = await buildApp({ redis, prefix, clock: clock.read, ...options }, serverOptions)
-  t.teardown(async () => {
-    await app.close()
-    const keys = await redis.keys(`${prefix}:*`)
-    if (keys.length > 0) await redis.del(...keys)
-    redis.disconnect()
-  })
+  cleanUpPrefix(t, redis, prefix, async () => await app.close())
   return { app, redis, prefix, clock }
 }
 
@@ -82,6 +78,15 @@ export function testRun (block: { algorithm: AlgorithmName, limit: number, windo
     tier: undefined,
     penalty: block.penalty
   }
+}
+
+/**
+ * What the plugin hands the block and policy compilers (prefix `rl`, fail
+ * open, enforced, no Cluster, /64 IPv6 subnets), for tests that compile
+ * blocks without an app; `overrides` change only the fields a test is about.
+ */
+export function compileContext (overrides: Partial<CompileContext> = {}): CompileContext {
+  return { prefix: 'rl', onRedisError: 'open', mode: 'enforce', cluster: false, ipv6Subnet: 64, user: undefined, onPartError: () => {}, ...overrides }
 }
 
 /** Every message published on a diagnostics channel during the test (unsubscribed at teardown). */

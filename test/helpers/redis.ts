@@ -94,6 +94,32 @@ export function uniquePrefix (label = 't'): string {
   return `${label}${randomBytes(4).toString('hex')}`
 }
 
+/** Deletes the keys under a test's own prefix (never a flush: the server is shared). */
+export async function deletePrefix (redis: Redis, prefix: string): Promise<void> {
+  const keys = await redis.keys(`${prefix}:*`)
+  if (keys.length > 0) await redis.del(...keys)
+}
+
+/**
+ * At the test's teardown: `close` what the test opened (apps, sockets), then
+ * delete the prefix's keys and disconnect `redis`.
+ */
+export function cleanUpPrefix (t: Test, redis: Redis, prefix: string, close: () => Promise<unknown> = async () => {}): void {
+  t.teardown(async () => {
+    await close()
+    await deletePrefix(redis, prefix)
+    redis.disconnect()
+  })
+}
+
+/** Script calls (EVALSHA + EVAL) a server has counted: INFO commandstats. */
+export async function scriptCalls (admin: Redis): Promise<number> {
+  const stats = await admin.info('commandstats')
+  let calls = 0
+  for (const name of ['evalsha', 'eval']) calls += Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0)
+  return calls
+}
+
 /** A client that fails fast instead of queueing: what the README recommends. */
 export function createClient (server: RedisServer, options: RedisOptions = {}): Redis {
   return new Redis(server.url, { enableOfflineQueue: true, maxRetriesPerRequest: 1, ...options })

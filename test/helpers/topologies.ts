@@ -8,8 +8,8 @@
  *   until every node says cluster_state:ok;
  * - startSentinel(): a master, a replica and one sentinel started from a
  *   writable config file with `redis-server FILE --sentinel`;
- * - startProxy(): a loopback TCP proxy that forwards, drops server→client
- *   replies, pauses both directions, or cuts every connection.
+ * - startProxy() (proxy.ts): a loopback TCP proxy that forwards, drops
+ *   server→client replies, pauses both directions, or cuts every connection.
  *
  * Every process is a child of the test process, started through processes.ts:
  * killed in stop(), and again (SIGKILL) when the test process ends for any
@@ -17,25 +17,20 @@
  */
 import { execFile, type ChildProcess } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
-import { createServer, connect, type Server, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
+import { adminClient, HOST } from './clients.js'
 import { freePort, ping, spawnOwned, tempDir } from './processes.js'
 
+// One import for the topology suites: the clients and the proxy live beside this file.
+export { adminClient, pluginClient, RECOMMENDED_OPTIONS, type ClientKind } from './clients.js'
+export { startProxy, type Proxy, type ProxyMode } from './proxy.js'
 export { tempDir }
 
 const execFileAsync = promisify(execFile)
-const HOST = '127.0.0.1'
 
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
-
-/** A throwaway client that fails fast: for probing and administering servers, never for the plugin. */
-export function adminClient (port: number): Redis {
-  const client = new Redis({ port, host: HOST, enableOfflineQueue: true, maxRetriesPerRequest: 1, connectTimeout: 2000, retryStrategy: (n) => Math.min(n * 50, 200), protocol: 2 })
-  client.on('error', () => {})
-  return client
-}
 
 /** Polls `check` every `everyMs` until it returns true; throws `what` after `withinMs`. */
 export async function waitFor (what: string, check: () => Promise<boolean> | boolean, withinMs = 10_000, everyMs = 25): Promise<number> {
@@ -129,6 +124,28 @@ export async function startServer (args: string[] = [], options: { port?: number
   }
 }
 
+/**
+ * Fail-fast admin clients, one per port and reused; `stop` disconnects them
+ * and stops every server in `servers` (the caller keeps pushing to it).
+ */
+function adminPool (servers: ManagedServer[]): { admin: (port: number) => Redis, stop: () => Promise<void> } {
+  const admins = new Map<number, Redis>()
+  const admin = (port: number): Redis => {
+    let client = admins.get(port)
+    if (client === undefined) {
+      client = adminClient(port)
+      admins.set(port, client)
+    }
+    return client
+  }
+  const stop = async (): Promise<void> => {
+    for (const client of admins.values()) client.disconnect()
+    admins.clear()
+    await Promise.all(servers.map(async (server) => { await server.stop() }))
+  }
+  return { admin, stop }
+}
+
 /* ---------------------------------------------------------------- cluster */
 
 export interface ClusterNode { server: ManagedServer, id: string, port: number }
@@ -149,25 +166,12 @@ export interface ManagedCluster {
 /** Three masters on loopback, every slot assigned, cluster_state:ok on each node. About 2–3 s. */
 export async function startCluster (): Promise<ManagedCluster> {
   const servers: ManagedServer[] = []
-  const admins = new Map<number, Redis>()
-  const stop = async (): Promise<void> => {
-    for (const client of admins.values()) client.disconnect()
-    admins.clear()
-    await Promise.all(servers.map(async (server) => { await server.stop() }))
-  }
+  const { admin, stop } = adminPool(servers)
   try {
     for (let i = 0; i < 3; i++) {
       servers.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'], { label: 'cluster' }))
     }
     await execFileAsync('redis-cli', ['--cluster', 'create', ...servers.map((s) => `${HOST}:${s.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 20_000 })
-    const admin = (port: number): Redis => {
-      let client = admins.get(port)
-      if (client === undefined) {
-        client = adminClient(port)
-        admins.set(port, client)
-      }
-      return client
-    }
     await waitFor('cluster_state:ok on every node', async () => {
       for (const server of servers) {
         const info = await admin(server.port).cluster('INFO') as string
@@ -238,20 +242,7 @@ export interface ManagedSentinel {
 /** A master, one replica (link up) and one sentinel that knows both. */
 export async function startSentinel (name = 'mymaster'): Promise<ManagedSentinel> {
   const started: ManagedServer[] = []
-  const admins = new Map<number, Redis>()
-  const admin = (port: number): Redis => {
-    let client = admins.get(port)
-    if (client === undefined) {
-      client = adminClient(port)
-      admins.set(port, client)
-    }
-    return client
-  }
-  const stop = async (): Promise<void> => {
-    for (const client of admins.values()) client.disconnect()
-    admins.clear()
-    await Promise.all(started.map(async (server) => { await server.stop() }))
-  }
+  const { admin, stop } = adminPool(started)
   try {
     const fast = ['--repl-diskless-sync-delay', '0']
     const master = await startServer(fast, { label: 'sentinel-master' })
@@ -298,93 +289,4 @@ export async function startSentinel (name = 'mymaster'): Promise<ManagedSentinel
     await stop()
     throw error
   }
-}
-
-/* ------------------------------------------------------------------ proxy */
-
-export type ProxyMode = 'pass' | 'drop-replies' | 'pause'
-
-export interface Proxy {
-  port: number
-  /** pass: forward; drop-replies: client→server forwarded, server→client discarded; pause: hold both ways. */
-  mode: ProxyMode
-  /** Destroys every open connection (both sides); new connections are still accepted. */
-  cut: () => void
-  /** Refuses new connections too (closes the listener). */
-  close: () => Promise<void>
-  readonly connections: number
-  readonly droppedBytes: number
-}
-
-/** A loopback TCP proxy in front of `targetPort`. */
-export async function startProxy (targetPort: number): Promise<Proxy> {
-  const pairs = new Set<[Socket, Socket]>()
-  let dropped = 0
-  const held: Array<() => void> = []
-  const state = { mode: 'pass' as ProxyMode }
-  const server: Server = createServer((downstream) => {
-    const upstream = connect(targetPort, HOST)
-    const pair: [Socket, Socket] = [downstream, upstream]
-    pairs.add(pair)
-    const end = (): void => {
-      pairs.delete(pair)
-      downstream.destroy()
-      upstream.destroy()
-    }
-    downstream.on('error', end).on('close', end)
-    upstream.on('error', end).on('close', end)
-    downstream.on('data', (chunk: Buffer) => {
-      if (state.mode === 'pause') held.push(() => upstream.write(chunk))
-      else upstream.write(chunk)
-    })
-    upstream.on('data', (chunk: Buffer) => {
-      if (state.mode === 'drop-replies') dropped += chunk.length
-      else if (state.mode === 'pause') held.push(() => downstream.write(chunk))
-      else downstream.write(chunk)
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve))
-  const address = server.address()
-  if (address === null || typeof address !== 'object') throw new Error('proxy has no port')
-  const cut = (): void => {
-    held.length = 0
-    for (const [a, b] of pairs) { a.destroy(); b.destroy() }
-    pairs.clear()
-  }
-  return {
-    port: address.port,
-    get mode () { return state.mode },
-    set mode (next: ProxyMode) {
-      state.mode = next
-      if (next !== 'pause') for (const release of held.splice(0)) release()
-    },
-    cut,
-    close: async () => {
-      cut()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
-    },
-    get connections () { return pairs.size },
-    get droppedBytes () { return dropped }
-  }
-}
-
-/* ------------------------------------------------------ fault test harness */
-
-export type ClientKind = 'recommended' | 'default'
-
-/** The ioredis options the README recommends, as the fault tests use them. */
-export const RECOMMENDED_OPTIONS = {
-  enableOfflineQueue: false,
-  commandTimeout: 100,
-  autoResendUnfulfilledCommands: false,
-  maxRetriesPerRequest: 1,
-  retryStrategy: (times: number): number => Math.min(times * 50, 200)
-}
-
-export function pluginClient (kind: ClientKind, port: number): Redis {
-  const client = kind === 'recommended'
-    ? new Redis({ host: HOST, port, ...RECOMMENDED_OPTIONS })
-    : new Redis({ host: HOST, port })
-  client.on('error', () => {})
-  return client
 }

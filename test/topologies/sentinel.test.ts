@@ -1,7 +1,7 @@
 import { test } from 'tap'
 import { Redis } from 'ioredis'
 import { buildApp } from '../helpers/app.js'
-import { startSentinel, waitFor, type ManagedSentinel } from '../helpers/topologies.js'
+import { RECOMMENDED_OPTIONS, startSentinel, waitFor, type ManagedSentinel } from '../helpers/topologies.js'
 
 /*
  * A master, a replica and one sentinel, started once for this file. The plugin's
@@ -32,11 +32,7 @@ test('SENTINEL FAILOVER under ~50 requests/s: bounded decisions, enforcement res
     sentinels: topology.sentinels,
     name: topology.name,
     failoverDetector: true,
-    enableOfflineQueue: false,
-    commandTimeout: 100,
-    autoResendUnfulfilledCommands: false,
-    maxRetriesPerRequest: 1,
-    retryStrategy: (times) => Math.min(times * 50, 200)
+    ...RECOMMENDED_OPTIONS
   })
   redis.on('error', () => {})
   const app = await buildApp({ redis, prefix: 'fo', timeout: TIMEOUT })

@@ -1,7 +1,8 @@
 import { test } from 'tap'
 import type { RawDecision } from '../../lib/store/algorithms.js'
 import { combine } from '../../lib/decide/combine.js'
-import { compilePolicy, type CompileContext } from '../../lib/policy/policy.js'
+import { compilePolicy } from '../../lib/policy/policy.js'
+import { compileContext } from '../helpers/app.js'
 
 /*
  * combine() is the one rule the route hook, consume() and peek() share for
@@ -9,7 +10,7 @@ import { compilePolicy, type CompileContext } from '../../lib/policy/policy.js'
  * tests exercise it against Redis).
  */
 
-const context: CompileContext = { prefix: 'rl', onRedisError: 'open', mode: 'enforce', cluster: false, ipv6Subnet: 64, user: undefined, onPartError: () => {} }
+const context = compileContext()
 const admit = (remaining: number): RawDecision => ({ allowed: true, remaining, resetMs: 1000, retryAfterMs: 0 })
 const refuse = (retryAfterMs: number): RawDecision => ({ allowed: false, remaining: 0, resetMs: retryAfterMs, retryAfterMs })
 

@@ -252,7 +252,7 @@ function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtim
     // This instance's share of each block (policy.ts made sure every block has one), on its own limiter.
     const local = runtime.local ??= new MemoryStore(runtime.clock, runtime.maxKeys)
     const localRuns = runs.map((run) => ({ ...run, params: run.local ?? run.params }))
-    const decisions: Array<RawDecision | undefined> = local.decideNow(localRuns, keys, costs, false)
+    const decisions: Array<RawDecision | undefined> = local.decideNow({ runs: localRuns, keys, costs }, 'charge')
     const verdict = combine(policy, localRuns, decisions)
     if (verdict.rejected) runtime.stats.limited++
     else runtime.stats.allowed++
@@ -307,7 +307,7 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
   const breaker = runtime.breaker
   try {
     if (breaker !== undefined && !breaker.allow()) throw new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs)
-    decisions = await runtime.store.decide(runs, keys, costs, 'charge')
+    decisions = await runtime.store.decide(input, 'charge')
     breaker?.success()
   } catch (error) {
     if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
@@ -347,7 +347,7 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
  * failures reject (the caller asked for state, not for a request to pass).
  */
 export async function peek (input: DecisionInput, runtime: Runtime): Promise<RateLimitDecision> {
-  const decisions = await runtime.store.decide(input.runs, input.keys, input.costs, 'peek')
+  const decisions = await runtime.store.decide(input, 'peek')
   const verdict = combine(input.policy, input.runs, decisions)
   return toEvaluation(input, decisions, verdict, decisions[verdict.binding] as RawDecision, false, 'api').decision
 }

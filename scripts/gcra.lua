@@ -10,12 +10,7 @@
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
 return function (KEYS, ARGV)
   local key = KEYS[1]
-  local limit = tonumber(ARGV[1])
-  local w = tonumber(ARGV[2])
-  local burst = tonumber(ARGV[3])
-  local cost = tonumber(ARGV[4])
-  local dry = ARGV[6] == '1'
-  local now = nowMs(ARGV[5])
+  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
 
   local cap = burst * w
   -- d = max(0, TAT - now) in units of 1/limit ms

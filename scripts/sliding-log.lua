@@ -65,11 +65,7 @@ end
 
 return function (KEYS, ARGV)
   local key = KEYS[1]
-  local limit = tonumber(ARGV[1])
-  local w = tonumber(ARGV[2])
-  local cost = tonumber(ARGV[4])
-  local dry = ARGV[6] == '1'
-  local now = nowMs(ARGV[5])
+  local limit, w, _, cost, now, dry = blockArgs(ARGV)
   local nowStr = string.format('%d', now)
   if ARGV[6] == '2' then return { 0 } end
 

@@ -64,11 +64,7 @@ end
 
 return function (KEYS, ARGV)
   local key = KEYS[1]
-  local limit = tonumber(ARGV[1])
-  local w = tonumber(ARGV[2])
-  local cost = tonumber(ARGV[4])
-  local dry = ARGV[6] == '1'
-  local now = nowMs(ARGV[5])
+  local limit, w, _, cost, now, dry = blockArgs(ARGV)
 
   local idx = idiv(now, w)
   local elapsed = now - idx * w

@@ -41,12 +41,7 @@ end
 
 return function (KEYS, ARGV)
   local key = KEYS[1]
-  local limit = tonumber(ARGV[1])
-  local w = tonumber(ARGV[2])
-  local burst = tonumber(ARGV[3])
-  local cost = tonumber(ARGV[4])
-  local dry = ARGV[6] == '1'
-  local now = nowMs(ARGV[5])
+  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
 
   local cap = burst * w
   local tokens, base = readTokens(key, cap, limit, now)

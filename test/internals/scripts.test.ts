@@ -147,7 +147,7 @@ for (const name of ALGORITHMS) {
     t.ok(writes > 0, 'the script writes its state')
     // the clock is the prelude's: TIME only when ARGV[5] is empty
     t.equal(calls.filter((c) => literal(c.args[0]) === 'TIME').length, 0, 'no TIME call of its own')
-    t.match(src, /\bnowMs\(ARGV\[5\]\)/, 'now from the prelude, given ARGV[5]')
+    t.match(src, /\bblockArgs\(ARGV\)/, 'its arguments, now included, read by the prelude')
     t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
   })
 }
@@ -161,6 +161,7 @@ test('prelude.lua: the one TIME call site, only when now is empty', async (t) =>
   t.ok(guard >= 0 && (timeCalls[0]?.index ?? -1) > guard && (timeCalls[0]?.index ?? Infinity) < branchEnd, 'TIME sits inside the empty-now branch')
   t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
   t.equal(redisCalls(src).length, 1, 'no other redis.call')
+  t.match(src, /\bnowMs\(ARGV\[5\]\)/, 'an algorithm\'s now is ARGV[5]')
 })
 
 /**

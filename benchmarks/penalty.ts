@@ -20,7 +20,7 @@ const penal = testRun({ algorithm: 'sliding-window', limit: 1_000_000, windowMs:
 async function round (run: typeof plain, label: string) {
   const N = 50_000
   const before = await cpu()
-  for (let i = 0; i < N; i += 100) await Promise.all(Array.from({ length: 100 }, (_, j) => store.decide([run], [`p:{${label}|${(i + j) % 10000}}:sw`], [1], 'charge')))
+  for (let i = 0; i < N; i += 100) await Promise.all(Array.from({ length: 100 }, (_, j) => store.decide({ runs: [run], keys: [`p:{${label}|${(i + j) % 10000}}:sw`], costs: [1] }, 'charge')))
   return ((await cpu()) - before) / N
 }
 const plainRounds: number[] = []

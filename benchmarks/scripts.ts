@@ -6,18 +6,17 @@
  * commandstats) and the number of redis.call per decision (every other
  * commandstats call ÷ EVALSHA calls). Then memory per idle identity.
  *
- * Scripts are read from scripts/*.lua with the argument contract
+ * Scripts are assembled from scripts/*.lua (lib/store/redis/scripts.ts, loadScripts) with the argument contract
  * KEYS[1] = key, ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME), dry ('' = write).
- * When lib/scripts.ts exports buildMultiScript (multi-limits), a two-block
+ * When lib/store/redis/scripts.ts exports buildMultiScript (multi-limits), a two-block
  * decision (sliding-window + fixed-window in one call) is measured too.
  */
-import { readFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 import { ALGORITHMS, type AlgorithmName } from '../lib/index.js'
+import { loadScripts } from '../lib/store/redis/scripts.js'
 import { clientIp, KEYS_10K } from './configs.js'
 import { commandStats, parseInfo, redisCpuSeconds, type BenchRedis } from './common.js'
 
-const SCRIPTS_DIR = new URL('../scripts/', import.meta.url)
 const SUFFIX: Record<AlgorithmName, string> = { 'fixed-window': 'fw', 'sliding-window': 'sw', 'sliding-log': 'sl', 'token-bucket': 'tb', gcra: 'gc' }
 
 /** limit, windowMs, burst: never rejects at these rates. */
@@ -164,8 +163,9 @@ export async function runScriptBench (redis: BenchRedis, options: { quick: boole
       paths.push({ algorithm: label, path: 'admitted, 10k keys', ...await measurePath(client, admin, sha, floorKeys, args, count, Number.NaN), replyOk: true })
     }
 
+    const algorithmScripts = loadScripts()
     for (const algorithm of ALGORITHMS) {
-      const source = readFileSync(new URL(`${algorithm}.lua`, SCRIPTS_DIR), 'utf8')
+      const source = algorithmScripts[algorithm].source
       const sha = await loadSha(client, source)
       const [limit, window, burst] = HIGH[algorithm]
       const keys10k = Array.from({ length: KEYS_10K }, (_, n) => keyOf(algorithm, n, window))

@@ -1,4 +1,3 @@
-#!lua
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
 -- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
 --   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
@@ -7,64 +6,45 @@
 -- A stored index other than the current one counts as zero, so a stale key
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local cost = tonumber(ARGV[4])
-local dry = ARGV[6] == '1'
-local now
-if ARGV[5] == nil or ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = math.floor(tonumber(ARGV[5]))
-end
+return function (KEYS, ARGV)
+  local key = KEYS[1]
+  local limit, w, _, cost, now, dry = blockArgs(ARGV)
 
--- floor(a / b) for non-negative integers below 2^53, exact whatever the rounding of a / b
-local function idiv (a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
+  local idx = idiv(now, w)
+  local count = 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local sep = string.find(stored, ':', 1, true)
+    if sep and tonumber(string.sub(stored, 1, sep - 1)) == idx then
+      count = tonumber(string.sub(stored, sep + 1)) or 0
+    end
   end
-  return q
-end
 
-local idx = idiv(now, w)
-local count = 0
-local stored = redis.call('GET', key)
-if stored then
-  local sep = string.find(stored, ':', 1, true)
-  if sep and tonumber(string.sub(stored, 1, sep - 1)) == idx then
-    count = tonumber(string.sub(stored, sep + 1)) or 0
+  local toEnd = (idx + 1) * w - now
+
+  if ARGV[6] == '2' then
+    -- refund, only while the window it was spent in is still the current one
+    if count == 0 or idiv(now - (tonumber(ARGV[7]) or 0), w) ~= idx then return { 0 } end
+    count = count - cost
+    if count < 0 then count = 0 end
+    redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+    return { 1 }
   end
-end
+  local available = limit - count
+  if available < 0 then available = 0 end
 
-local toEnd = (idx + 1) * w - now
+  if cost > limit then
+    -- can never be admitted
+    local reset = 0
+    if count > 0 then reset = toEnd end
+    return { 0, available, reset, w }
+  end
+  if count + cost > limit then
+    -- count > 0 here, so the quota is restored when the window ends
+    return { 0, available, toEnd, toEnd }
+  end
 
-if ARGV[6] == '2' then
-  -- refund, only while the window it was spent in is still the current one
-  if count == 0 or idiv(now - (tonumber(ARGV[7]) or 0), w) ~= idx then return { 0 } end
-  count = count - cost
-  if count < 0 then count = 0 end
-  redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
-  return { 1 }
+  count = count + cost
+  if not dry then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
+  return { 1, limit - count, toEnd, 0 }
 end
-local available = limit - count
-if available < 0 then available = 0 end
-
-if cost > limit then
-  -- can never be admitted
-  local reset = 0
-  if count > 0 then reset = toEnd end
-  return { 0, available, reset, w }
-end
-if count + cost > limit then
-  -- count > 0 here, so the quota is restored when the window ends
-  return { 0, available, toEnd, toEnd }
-end
-
-count = count + cost
-if not dry then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
-return { 1, limit - count, toEnd, 0 }

@@ -1,4 +1,3 @@
-#!lua
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
 -- a fresh key admits `burst` units at once, then one unit every I ms.
 -- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
@@ -9,75 +8,50 @@
 -- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local dry = ARGV[6] == '1'
-local now
-if ARGV[5] == nil or ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = math.floor(tonumber(ARGV[5]))
-end
+return function (KEYS, ARGV)
+  local key = KEYS[1]
+  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
 
--- floor(a / b) for non-negative integers below 2^53, exact whatever the rounding of a / b
-local function idiv (a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
+  local cap = burst * w
+  -- d = max(0, TAT - now) in units of 1/limit ms
+  local d = 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local sep = string.find(stored, ':', 1, true)
+    local tatMs = sep and tonumber(string.sub(stored, 1, sep - 1))
+    local frac = sep and tonumber(string.sub(stored, sep + 1))
+    if tatMs and frac and tatMs >= now then
+      local dMs = tatMs - now
+      -- a TAT further ahead than the tolerance (clock went backwards) counts as a full tolerance
+      local maxMs = idiv(cap, limit) + 1
+      if dMs > maxMs then dMs = maxMs end
+      d = dMs * limit + frac
+      if d > cap then d = cap end
+    end
   end
-  return q
-end
-local function cdiv (a, b)
-  local q = idiv(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
 
-local cap = burst * w
--- d = max(0, TAT - now) in units of 1/limit ms
-local d = 0
-local stored = redis.call('GET', key)
-if stored then
-  local sep = string.find(stored, ':', 1, true)
-  local tatMs = sep and tonumber(string.sub(stored, 1, sep - 1))
-  local frac = sep and tonumber(string.sub(stored, sep + 1))
-  if tatMs and frac and tatMs >= now then
-    local dMs = tatMs - now
-    -- a TAT further ahead than the tolerance (clock went backwards) counts as a full tolerance
-    local maxMs = idiv(cap, limit) + 1
-    if dMs > maxMs then dMs = maxMs end
-    d = dMs * limit + frac
-    if d > cap then d = cap end
-  end
-end
-
-if ARGV[6] == '2' then
-  -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
-  local rd = d - cost * w
-  if rd <= 0 then
-    redis.call('DEL', key)
+  if ARGV[6] == '2' then
+    -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
+    local rd = d - cost * w
+    if rd <= 0 then
+      redis.call('DEL', key)
+      return { 1 }
+    end
+    local rwhole = idiv(rd, limit)
+    redis.call('SET', key, string.format('%d:%d', now + rwhole, rd - rwhole * limit), 'PX', cdiv(rd, limit))
     return { 1 }
   end
-  local rwhole = idiv(rd, limit)
-  redis.call('SET', key, string.format('%d:%d', now + rwhole, rd - rwhole * limit), 'PX', cdiv(rd, limit))
-  return { 1 }
-end
 
-if cost > burst then
-  return { 0, idiv(cap - d, w), cdiv(d, limit), w }
-end
-local nd = d + cost * w
-if nd > cap then
-  return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit) }
-end
+  if cost > burst then
+    return { 0, idiv(cap - d, w), cdiv(d, limit), w }
+  end
+  local nd = d + cost * w
+  if nd > cap then
+    return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit) }
+  end
 
-local whole = idiv(nd, limit)
-local reset = cdiv(nd, limit)
-if not dry then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
-return { 1, idiv(cap - nd, w), reset, 0 }
+  local whole = idiv(nd, limit)
+  local reset = cdiv(nd, limit)
+  if not dry then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
+  return { 1, idiv(cap - nd, w), reset, 0 }
+end

@@ -1,4 +1,3 @@
-#!lua
 -- sliding-window (counter): estimate = floor(prev * (W - elapsed) / W) + cur
 -- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
 --   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
@@ -6,67 +5,30 @@
 -- State: one string "idx:cur:prev". When the window index has advanced by 1 the
 -- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local cost = tonumber(ARGV[4])
-local dry = ARGV[6] == '1'
-local now
-if ARGV[5] == nil or ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = math.floor(tonumber(ARGV[5]))
-end
-
--- floor(a / b) for integers with |a| and b below 2^53, exact whatever the rounding of a / b
-local function idiv (a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
-local idx = idiv(now, w)
-local elapsed = now - idx * w
-local cur, prev = 0, 0
-local stored = redis.call('GET', key)
-if stored then
-  local a = string.find(stored, ':', 1, true)
-  local b = a and string.find(stored, ':', a + 1, true)
-  if b then
-    local sidx = tonumber(string.sub(stored, 1, a - 1))
-    local scur = tonumber(string.sub(stored, a + 1, b - 1)) or 0
-    if sidx == idx then
-      cur = scur
-      prev = tonumber(string.sub(stored, b + 1)) or 0
-    elseif sidx == idx - 1 then
-      prev = scur
+-- The stored counts of the current (cur) and previous (prev) window; zero when stale or absent.
+local function readCounts (key, idx)
+  local cur, prev = 0, 0
+  local stored = redis.call('GET', key)
+  if stored then
+    local a = string.find(stored, ':', 1, true)
+    local b = a and string.find(stored, ':', a + 1, true)
+    if b then
+      local sidx = tonumber(string.sub(stored, 1, a - 1))
+      local scur = tonumber(string.sub(stored, a + 1, b - 1)) or 0
+      if sidx == idx then
+        cur = scur
+        prev = tonumber(string.sub(stored, b + 1)) or 0
+      elseif sidx == idx - 1 then
+        prev = scur
+      end
     end
   end
-end
-
-if ARGV[6] == '2' then
-  -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
-  local atIdx = idiv(now - (tonumber(ARGV[7]) or 0), w)
-  if atIdx == idx and cur > 0 then
-    cur = cur - cost
-    if cur < 0 then cur = 0 end
-  elseif atIdx == idx - 1 and prev > 0 then
-    prev = prev - cost
-    if prev < 0 then prev = 0 end
-  else
-    return { 0 }
-  end
-  redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
-  return { 1 }
+  return cur, prev
 end
 
 -- ms from now until the estimate is 0 (quota fully restored)
-local function resetMs (c, p)
+local function resetMs (c, p, idx, w, now)
+  local elapsed = now - idx * w
   if c > 0 then
     -- in the next window c is the previous count: floor(c * (W - e) / W) = 0 once e >= W - floor((W - 1) / c)
     return (idx + 1) * w + w - idiv(w - 1, c) - now
@@ -78,15 +40,8 @@ local function resetMs (c, p)
   return 0
 end
 
-local estimate = idiv(prev * (w - elapsed), w) + cur
-local available = limit - estimate
-if available < 0 then available = 0 end
-
-if cost > limit then
-  return { 0, available, resetMs(cur, prev), w }
-end
-if estimate + cost > limit then
-  -- earliest e (elapsed in this window) with floor(prev * (W - e) / W) <= limit - cost - cur
+-- ms until a refused `cost` fits: earliest e (elapsed in this window) with floor(prev * (W - e) / W) <= limit - cost - cur
+local function retryMs (cur, prev, limit, cost, w, elapsed)
   local retry = -1
   local room = limit - cost - cur
   if room >= 0 and prev > 0 then
@@ -104,10 +59,46 @@ if estimate + cost > limit then
     -- e == W means the window after next, where everything is zero
     retry = w - elapsed + e
   end
-  return { 0, available, resetMs(cur, prev), retry }
+  return retry
 end
 
-cur = cur + cost
-if not dry then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
-local remaining = limit - estimate - cost
-return { 1, remaining, resetMs(cur, prev), 0 }
+return function (KEYS, ARGV)
+  local key = KEYS[1]
+  local limit, w, _, cost, now, dry = blockArgs(ARGV)
+
+  local idx = idiv(now, w)
+  local elapsed = now - idx * w
+  local cur, prev = readCounts(key, idx)
+
+  if ARGV[6] == '2' then
+    -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
+    local atIdx = idiv(now - (tonumber(ARGV[7]) or 0), w)
+    if atIdx == idx and cur > 0 then
+      cur = cur - cost
+      if cur < 0 then cur = 0 end
+    elseif atIdx == idx - 1 and prev > 0 then
+      prev = prev - cost
+      if prev < 0 then prev = 0 end
+    else
+      return { 0 }
+    end
+    redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+    return { 1 }
+  end
+
+  local estimate = idiv(prev * (w - elapsed), w) + cur
+  local available = limit - estimate
+  if available < 0 then available = 0 end
+
+  if cost > limit then
+    return { 0, available, resetMs(cur, prev, idx, w, now), w }
+  end
+  if estimate + cost > limit then
+    return { 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed) }
+  end
+
+  cur = cur + cost
+  if not dry then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
+  local remaining = limit - estimate - cost
+  return { 1, remaining, resetMs(cur, prev, idx, w, now), 0 }
+end

@@ -1,4 +1,3 @@
-#!lua
 -- token-bucket: capacity = burst, refill = limit per windowMs, a new bucket is full.
 -- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
 --   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
@@ -8,91 +7,72 @@
 -- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local dry = ARGV[6] == '1'
-local now
-if ARGV[5] == nil or ARGV[5] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = math.floor(tonumber(ARGV[5]))
-end
-
--- floor(a / b) for non-negative integers below 2^53, exact whatever the rounding of a / b
-local function idiv (a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-local function cdiv (a, b)
-  local q = idiv(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
-
-local cap = burst * w
-local tokens = cap
--- base: the ms the tokens are counted at (later than now only if the clock went backwards)
-local base = now
-local stored = redis.call('GET', key)
-if stored then
-  local sep = string.find(stored, ':', 1, true)
-  local st = sep and tonumber(string.sub(stored, 1, sep - 1))
-  local ts = sep and tonumber(string.sub(stored, sep + 1))
-  if st and ts then
-    if st > cap then st = cap end
-    if st < 0 then st = 0 end
-    local elapsed = now - ts
-    if elapsed < 0 then
-      elapsed = 0
-      base = ts
-    end
-    -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
-    local maxElapsed = idiv(cap, limit) + 1
-    if elapsed > maxElapsed then elapsed = maxElapsed end
-    local gain = elapsed * limit
-    if gain >= cap - st then
-      tokens = cap
-    else
-      tokens = st + gain
+-- The scaled tokens in the bucket now, and base: the ms they are counted at
+-- (later than now only if the clock went backwards).
+local function readTokens (key, cap, limit, now)
+  local tokens = cap
+  local base = now
+  local stored = redis.call('GET', key)
+  if stored then
+    local sep = string.find(stored, ':', 1, true)
+    local st = sep and tonumber(string.sub(stored, 1, sep - 1))
+    local ts = sep and tonumber(string.sub(stored, sep + 1))
+    if st and ts then
+      if st > cap then st = cap end
+      if st < 0 then st = 0 end
+      local elapsed = now - ts
+      if elapsed < 0 then
+        elapsed = 0
+        base = ts
+      end
+      -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
+      local maxElapsed = idiv(cap, limit) + 1
+      if elapsed > maxElapsed then elapsed = maxElapsed end
+      local gain = elapsed * limit
+      if gain >= cap - st then
+        tokens = cap
+      else
+        tokens = st + gain
+      end
     end
   end
-end
-local lag = base - now
-
-local function resetMs (t)
-  if t >= cap then return 0 end
-  return lag + cdiv(cap - t, limit)
+  return tokens, base
 end
 
-if ARGV[6] == '2' then
-  -- refund: the tokens go back into the bucket as it is now, up to its capacity
-  tokens = tokens + cost * w
-  if tokens >= cap then
-    redis.call('DEL', key)
+return function (KEYS, ARGV)
+  local key = KEYS[1]
+  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
+
+  local cap = burst * w
+  local tokens, base = readTokens(key, cap, limit, now)
+  local lag = base - now
+
+  local function resetMs (t)
+    if t >= cap then return 0 end
+    return lag + cdiv(cap - t, limit)
+  end
+
+  if ARGV[6] == '2' then
+    -- refund: the tokens go back into the bucket as it is now, up to its capacity
+    tokens = tokens + cost * w
+    if tokens >= cap then
+      redis.call('DEL', key)
+      return { 1 }
+    end
+    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens))
     return { 1 }
   end
-  redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens))
-  return { 1 }
-end
 
-if cost > burst then
-  return { 0, idiv(tokens, w), resetMs(tokens), w }
-end
-local need = cost * w
-if tokens < need then
-  return { 0, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit) }
-end
+  if cost > burst then
+    return { 0, idiv(tokens, w), resetMs(tokens), w }
+  end
+  local need = cost * w
+  if tokens < need then
+    return { 0, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit) }
+  end
 
-tokens = tokens - need
-local reset = resetMs(tokens)
-if not dry then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
-return { 1, idiv(tokens, w), reset, 0 }
+  tokens = tokens - need
+  local reset = resetMs(tokens)
+  if not dry then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
+  return { 1, idiv(tokens, w), reset, 0 }
+end

@@ -318,14 +318,14 @@ test('property: the multi script decides like the memory store, and a refused st
       steps.forEach((step, s) => {
         const costs = step.costs.slice(0, blocks.length)
         if (step.refund) {
-          const given = model.refundNow(runs, keys, costs, step.dt, times[s] as number)
+          const given = model.refundNow({ runs, keys, costs }, step.dt, times[s] as number)
           const row = out[s] as number[]
           const actual = given.map((_, i) => row[i] === 1)
           if (JSON.stringify(actual) !== JSON.stringify(given)) throw new Error(`step ${s} (refund): lua ${JSON.stringify(actual)} model ${JSON.stringify(given)}`)
           refunds += given.filter(Boolean).length
           return
         }
-        const expected: RawDecision[] = model.decideNow(runs, keys, costs, false, times[s] as number)
+        const expected: RawDecision[] = model.decideNow({ runs, keys, costs }, 'charge', times[s] as number)
         const row = out[s] as number[]
         const actual = expected.map((_, i) => ({ allowed: row[i * 4] === 1, remaining: row[i * 4 + 1], resetMs: row[i * 4 + 2], retryAfterMs: row[i * 4 + 3] }))
         if (JSON.stringify(actual) !== JSON.stringify(expected)) {

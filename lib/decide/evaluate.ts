@@ -92,7 +92,7 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
   const breaker = runtime.breaker
   try {
     if (breaker !== undefined && !breaker.allow()) throw new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs)
-    decisions = await runtime.store.decide(input.runs, input.keys, input.costs, 'charge')
+    decisions = await runtime.store.decide(input, 'charge')
     breaker?.success()
   } catch (error) {
     if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
@@ -123,6 +123,6 @@ export async function evaluate (input: DecisionInput, origin: DecisionOrigin, ru
  * failures reject (the caller asked for state, not for a request to pass).
  */
 export async function peek (input: DecisionInput, runtime: Runtime): Promise<RateLimitDecision> {
-  const decisions = await runtime.store.decide(input.runs, input.keys, input.costs, 'peek')
+  const decisions = await runtime.store.decide(input, 'peek')
   return toEvaluation(input, decisions, combine(input.policy, input.runs, decisions), 'api', 'peek').decision
 }

@@ -57,7 +57,7 @@ export function createRefundHook (policy: CompiledPolicy, runtime: Runtime) {
     }
     if (runs.length === 0) return
     try {
-      await runtime.store.refund(runs, keys, costs, runtime.clock() - charged.at)
+      await runtime.store.refund({ runs, keys, costs }, runtime.clock() - charged.at)
       runtime.stats.refunded++
     } catch (error) {
       runtime.failures.report(request.log, { err: error, route: policy.route }, 'rate limit refund failed: units not given back')

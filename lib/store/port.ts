@@ -2,8 +2,8 @@ import type { AlgorithmName, BlockParams, RawDecision } from './algorithms.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.
- * It sits low in the module map (it imports only the algorithm contract), so
- * the stores never import the policy compiler that produces their input.
+ * It imports only the algorithm contract, so the stores never import the
+ * policy compiler that produces their input.
  */
 
 /** The numbers one block runs with for one tier (or for all, without tiers). */
@@ -24,7 +24,7 @@ export interface BlockRun {
   local?: BlockParams
 }
 
-/** A compiled `penalty`: see the README's "Penalties" and PENALTY_FUNCTIONS in scripts.ts. */
+/** A compiled `penalty`: see the README's "Penalties" and scripts/penalty.lua. */
 export interface Penalty {
   /** Refusals within one window of the block that start a penalty. */
   after: number
@@ -55,6 +55,16 @@ export interface DebugLog {
   debug: (object: object, message: string) => void
 }
 
+/**
+ * One request's blocks as a store call takes them: run i is decided on
+ * `keys[i]` at `costs[i]`. The engine's DecisionInput is one, passed as is.
+ */
+export interface StoreRequest {
+  runs: readonly BlockRun[]
+  keys: readonly string[]
+  costs: readonly number[]
+}
+
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
@@ -64,12 +74,12 @@ export interface Store {
    * is written in any case. Returns one decision per run, in order.
    * Rejects on any failure (unavailable, timeout, bad reply); the caller applies onRedisError.
    */
-  decide: (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode) => Promise<RawDecision[]>
+  decide: (request: StoreRequest, mode: DecideMode) => Promise<RawDecision[]>
   /**
    * Gives back `costs[i]` to each run's key, spent `elapsedMs` ago (refundOn).
    * One atomic call; returns per run whether units were given back.
    */
-  refund: (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number) => Promise<boolean[]>
+  refund: (request: StoreRequest, elapsedMs: number) => Promise<boolean[]>
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */

@@ -25,10 +25,10 @@
  */
 import { test } from 'tap'
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
 import fc from 'fast-check'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import { loadScripts } from '../../lib/store/redis/scripts.js'
 import {
   ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS,
   type AlgorithmName, type BlockParams, type RawDecision
@@ -92,9 +92,8 @@ return out
 `
 }
 
-const harnesses = Object.fromEntries(ALGORITHMS.map((name) => [
-  name, harness(readFileSync(new URL(`../../scripts/${name}.lua`, import.meta.url), 'utf8'))
-])) as Record<AlgorithmName, string>
+const scripts = loadScripts()
+const harnesses = Object.fromEntries(ALGORITHMS.map((name) => [name, harness(scripts[name].source)])) as Record<AlgorithmName, string>
 
 interface Step { now: number, cost: number }
 interface Scenario { params: BlockParams, steps: Step[] }

@@ -8,15 +8,13 @@
  * injected clock while a scenario runs.
  */
 import { test, type Test } from 'tap'
-import { readFileSync } from 'node:fs'
 import type { Redis } from 'ioredis'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
 import { ALGORITHMS, type AlgorithmName, type BlockParams, type RawDecision } from '../../lib/store/algorithms.js'
+import { loadScripts } from '../../lib/store/redis/scripts.js'
 
-const sources = Object.fromEntries(ALGORITHMS.map((name) => [
-  name, readFileSync(new URL(`../../scripts/${name}.lua`, import.meta.url), 'utf8')
-])) as Record<AlgorithmName, string>
+const scripts = loadScripts()
 
 const W = 60_000
 /** Start of a window (aligned to W), around November 2023. */
@@ -40,7 +38,7 @@ function toDecision (raw: unknown): RawDecision {
 }
 
 async function luaCall (client: Redis, algorithm: AlgorithmName, key: string, p: BlockParams, cost: number, now: number | ''): Promise<RawDecision> {
-  return toDecision(await client.eval(sources[algorithm], 1, key, p.limit, p.windowMs, p.burst, cost, now))
+  return toDecision(await client.eval(scripts[algorithm].source, 1, key, p.limit, p.windowMs, p.burst, cost, now))
 }
 
 function luaBackend (client: Redis): Backend {

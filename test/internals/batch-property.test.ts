@@ -82,8 +82,8 @@ test('property: the batch script decides like the memory store, penalties includ
         const pending = step.decisions.map(async (d) => {
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
-          if (d.kind === 'refund') return await redisStore.refund(runs, keys, costs, d.elapsed)
-          return await redisStore.decide(runs, keys, costs, d.kind as DecideMode)
+          if (d.kind === 'refund') return await redisStore.refund({ runs, keys, costs }, d.elapsed)
+          return await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
         })
         const actual = await Promise.all(pending)
         if (step.decisions.length > 1) batched++
@@ -91,8 +91,8 @@ test('property: the batch script decides like the memory store, penalties includ
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
           const expected = d.kind === 'refund'
-            ? model.refundNow(runs, keys, costs, d.elapsed)
-            : model.decideNow(runs, keys, costs, d.kind === 'peek')
+            ? model.refundNow({ runs, keys, costs }, d.elapsed)
+            : model.decideNow({ runs, keys, costs }, d.kind as DecideMode)
           const got = actual[j]
           const normal = (list: unknown): unknown => Array.isArray(list) ? list.map((x) => typeof x === 'object' && x !== null ? { ...(x as RawDecision), penalized: (x as RawDecision).penalized === true } : x) : list
           if (JSON.stringify(normal(got)) !== JSON.stringify(normal(expected))) {

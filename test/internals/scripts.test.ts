@@ -1,18 +1,23 @@
 /**
- * Checks on the Lua files themselves: the Redis 7 shebang, keys reached only
- * through KEYS[1], a TTL on every write (statically), and, on a real Redis,
- * which commands each script actually calls on each path (a wrapper records
- * every redis.call while running the unmodified script body).
+ * Checks on the Lua files themselves: keys reached only through KEYS[1], a TTL
+ * on every write, the clock read in one place (statically); on the scripts
+ * assembled from them, the Redis 7 shebang and a SHA equal to what Redis
+ * computes; and, on a real Redis, which commands each script actually calls
+ * on each path (a wrapper records every redis.call while running the
+ * unmodified assembled script).
  */
 import { test } from 'tap'
-import { readFileSync, readdirSync } from 'node:fs'
+import { readdirSync } from 'node:fs'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
+import { buildBatchScript, buildMultiScript, loadScripts, readSources } from '../../lib/store/redis/scripts.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
-const sources = Object.fromEntries(ALGORITHMS.map((name) => [
-  name, readFileSync(new URL(`${name}.lua`, dir), 'utf8')
-])) as Record<AlgorithmName, string>
+const files = readSources()
+const sources = files.algorithms
+const scripts = loadScripts(files)
+/** The drivers and the prelude every script starts with, beside the algorithm files. */
+const SHARED = ['batch.lua', 'multi.lua', 'penalty.lua', 'prelude.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
@@ -69,20 +74,37 @@ function literal (expr: string | undefined): string | undefined {
   return m?.[2]?.toUpperCase()
 }
 
-test('the scripts directory holds one script per algorithm', async (t) => {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.lua')).sort()
-  t.same(files, ALGORITHMS.map((a) => `${a}.lua`).sort())
+test('the scripts directory holds one file per algorithm, the drivers and the prelude', async (t) => {
+  const found = readdirSync(dir).filter((f) => f.endsWith('.lua')).sort()
+  t.same(found, [...ALGORITHMS.map((a) => `${a}.lua`), ...SHARED].sort())
 })
+
+/** Where the top-level helper a position sits in is called, when it sits in one (`local function name (`). */
+function helperCalls (src: string, index: number): number[] | undefined {
+  const entry = src.search(/^return function \(KEYS, ARGV\)/m)
+  if (entry < 0 || index > entry) return undefined
+  const helpers = [...src.matchAll(/^local function (\w+) \(/gm)].filter((m) => m.index < index)
+  const name = helpers.at(-1)?.[1]
+  if (name === undefined) return undefined
+  return [...src.matchAll(new RegExp(`(?<!function )\\b${name}\\s*\\(`, 'g'))].map((m) => m.index)
+}
+
+/** Whether an expiry on `key` follows `from` before the next return. */
+function expiryFollows (src: string, calls: LuaCall[], from: number, key: string | undefined): boolean {
+  const nextReturn = src.slice(from).search(/\breturn\b/)
+  const end = nextReturn < 0 ? src.length : from + nextReturn
+  return calls.some((c) => c.index > from && c.index < end && EXPIRES.has(literal(c.args[0]) ?? '') && c.args[1] === key)
+}
 
 for (const name of ALGORITHMS) {
   test(`${name}.lua: static checks`, async (t) => {
     const raw = sources[name]
-    const firstLine = raw.split('\n')[0] as string
-    t.match(firstLine, /^#!lua(\s|$)/, 'first line is the Redis 7 shebang')
+    const firstLine = scripts[name].source.split('\n')[0] as string
+    t.match(firstLine, /^#!lua(\s|$)/, 'the assembled script starts with the Redis 7 shebang')
     t.notMatch(firstLine, /flags=/, 'no script flags needed')
     t.notOk(raw.includes('allow-cross-slot-keys'), 'never allow-cross-slot-keys')
 
-    const src = stripComments(raw.split('\n').slice(1).join('\n'))
+    const src = stripComments(raw)
     // KEYS[1] is the only key
     const keyRefs = [...src.matchAll(/KEYS\s*\[\s*([^\]]*)\]/g)].map((m) => m[1])
     t.ok(keyRefs.length > 0, 'uses KEYS[1]')
@@ -117,28 +139,35 @@ for (const name of ALGORITHMS) {
       } else if (WRITES.has(cmd)) {
         writes++
         // a PEXPIRE on the same key must follow before the script can return
-        const nextReturn = src.slice(call.index).search(/\breturn\b/)
-        const end = nextReturn < 0 ? src.length : call.index + nextReturn
-        const expiry = calls.find((c) => c.index > call.index && c.index < end &&
-          EXPIRES.has(literal(c.args[0]) ?? '') && c.args[1] === call.args[1])
-        t.ok(expiry !== undefined, `${cmd} is followed by an expiry on ${call.args[1]} before returning`)
+        // (after every call of the helper the write sits in, when it sits in one)
+        const sites = helperCalls(src, call.index) ?? [call.index]
+        t.ok(sites.length > 0 && sites.every((site) => expiryFollows(src, calls, site, call.args[1])), `${cmd} is followed by an expiry on ${call.args[1]} before returning`)
       }
     }
     t.ok(writes > 0, 'the script writes its state')
-    // TIME only when ARGV[5] is empty
-    const timeCalls = calls.filter((c) => literal(c.args[0]) === 'TIME')
-    t.equal(timeCalls.length, 1, 'one TIME call site')
-    const guard = src.search(/if\s+ARGV\[5\]\s*==\s*nil\s+or\s+ARGV\[5\]\s*==\s*''\s+then/)
-    const elseAt = src.indexOf('else', guard)
-    t.ok(guard >= 0 && (timeCalls[0]?.index ?? -1) > guard && (timeCalls[0]?.index ?? Infinity) < elseAt, 'TIME sits inside the empty-ARGV[5] branch')
+    // the clock is the prelude's: TIME only when ARGV[5] is empty
+    t.equal(calls.filter((c) => literal(c.args[0]) === 'TIME').length, 0, 'no TIME call of its own')
+    t.match(src, /\bblockArgs\(ARGV\)/, 'its arguments, now included, read by the prelude')
     t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
   })
 }
 
+test('prelude.lua: the one TIME call site, only when now is empty', async (t) => {
+  const src = stripComments(files.prelude)
+  const timeCalls = redisCalls(src).filter((c) => literal(c.args[0]) === 'TIME')
+  t.equal(timeCalls.length, 1, 'one TIME call site')
+  const guard = src.search(/if\s+arg\s*==\s*nil\s+or\s+arg\s*==\s*''\s+then/)
+  const branchEnd = src.indexOf('end', guard)
+  t.ok(guard >= 0 && (timeCalls[0]?.index ?? -1) > guard && (timeCalls[0]?.index ?? Infinity) < branchEnd, 'TIME sits inside the empty-now branch')
+  t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
+  t.equal(redisCalls(src).length, 1, 'no other redis.call')
+  t.match(src, /\bnowMs\(ARGV\[5\]\)/, 'an algorithm\'s now is ARGV[5]')
+})
+
 /**
  * Wraps a script body in a function and runs it with a `redis` whose `call`
  * records each command before passing it to the real one. The body is the
- * file minus its shebang line, unchanged.
+ * assembled script minus its shebang line, unchanged.
  */
 function recordingHarness (source: string): string {
   const body = source.split('\n').slice(1).join('\n')
@@ -178,7 +207,7 @@ test('redis.call per path, on a real Redis', async (t) => {
   t.teardown(async () => { if (keys.length > 0) await client.del(...keys) })
 
   const run = async (name: AlgorithmName, key: string, args: Array<number | string>): Promise<{ reply: number[], calls: string[] }> => {
-    const out = await client.eval(recordingHarness(sources[name]), 1, key, ...args) as unknown[]
+    const out = await client.eval(recordingHarness(scripts[name].source), 1, key, ...args) as unknown[]
     return { reply: out.slice(0, 4) as number[], calls: String(out[4]).split(',') }
   }
 
@@ -220,14 +249,14 @@ test('redis.call per path, on a real Redis', async (t) => {
   t.equal(await client.zcard(`${key}:big`), 2500)
 })
 
-test('the scripts load and run by SHA', async (t) => {
+test('the scripts load and run by SHA, the SHA computed at startup equal to what SCRIPT LOAD returns', async (t) => {
   const server = await getRedis()
   const client = createClient(server)
   t.teardown(async () => { await client.quit() })
   const prefix = uniquePrefix('sha')
   for (const name of ALGORITHMS) {
-    const sha = await client.script('LOAD', sources[name]) as string
-    t.match(sha, /^[0-9a-f]{40}$/, `${name}: SCRIPT LOAD`)
+    const sha = await client.script('LOAD', scripts[name].source) as string
+    t.equal(sha, scripts[name].sha, `${name}: SCRIPT LOAD`)
     const key = `${prefix}:{${name}}`
     const reply = await client.evalsha(sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
     t.equal(reply.length, 4, `${name}: four numbers`)
@@ -235,4 +264,14 @@ test('the scripts load and run by SHA', async (t) => {
     t.equal(reply[0], 1, `${name}: admitted`)
     await client.del(key)
   }
+  for (const [what, script] of [['batch', buildBatchScript()], ['multi', buildMultiScript()]] as const) {
+    t.match(script.source, /^#!lua\n/, `${what}: the Redis 7 shebang`)
+    t.equal(await client.script('LOAD', script.source), script.sha, `${what}: SCRIPT LOAD`)
+  }
+  // One fixed-window block by the batch script's wire format: now '', then n = 1, mode charge, 7 values.
+  const key = `${prefix}:{batch}`
+  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, '', 1, 5, 1000, 5, 1, '', '') as unknown[]
+  t.same(batch.slice(0, 2), [1, 1], 'batch: decision 1 ran and admitted')
+  t.equal(batch.length, 5, 'batch: status and four numbers')
+  await client.del(key)
 })

@@ -88,21 +88,19 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
   }
 }
 
+/** The counts [cur, prev] of the current and previous window; zero when stale or absent (Lua: readCounts). */
+function counts (state: SlidingWindowState | undefined, idx: number): [number, number] {
+  if (state === undefined) return [0, 0]
+  if (state.idx === idx) return [state.cur, state.prev]
+  return state.idx === idx - 1 ? [0, state.cur] : [0, 0]
+}
+
 export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
   step (state, { limit, windowMs: w }, cost, now) {
     now = Math.floor(now)
     const idx = idiv(now, w)
     const elapsed = now - idx * w
-    let cur = 0
-    let prev = 0
-    if (state !== undefined) {
-      if (state.idx === idx) {
-        cur = state.cur
-        prev = state.prev
-      } else if (state.idx === idx - 1) {
-        prev = state.cur
-      }
-    }
+    let [cur, prev] = counts(state, idx)
     const resetMs = (c: number, p: number): number => {
       if (c > 0) return (idx + 1) * w + w - idiv(w - 1, c) - now
       if (p > 0) {
@@ -144,16 +142,7 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
   refund (state, { windowMs: w }, cost, now, elapsedMs) {
     now = Math.floor(now)
     const idx = idiv(now, w)
-    let cur = 0
-    let prev = 0
-    if (state !== undefined) {
-      if (state.idx === idx) {
-        cur = state.cur
-        prev = state.prev
-      } else if (state.idx === idx - 1) {
-        prev = state.cur
-      }
-    }
+    let [cur, prev] = counts(state, idx)
     const atIdx = idiv(now - elapsedMs, w)
     if (atIdx === idx && cur > 0) cur = Math.max(0, cur - cost)
     else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)

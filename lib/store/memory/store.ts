@@ -1,6 +1,7 @@
 import type { RawDecision } from '../algorithms.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store } from '../port.js'
+import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { LruMap } from '../../util/lru-map.js'
 
 interface Entry {
   state: unknown
@@ -23,32 +24,31 @@ function penaltyLength (penalty: Penalty, offences: number): number {
 }
 
 /*
- * The same five algorithms in one process (memory-algorithms.ts): for a single
+ * The same five algorithms in one process (memory/algorithms.ts): for a single
  * instance, for the demo without Redis, and as the reference model the Lua
  * scripts are tested against. Several blocks are decided all-or-nothing, as
  * the multi script does: every step is computed first, and states are stored
  * only when every enforced block admits. Penalties follow the batch script
- * (PENALTY_FUNCTIONS in scripts.ts) step for step. Expired entries are swept on
+ * (scripts/penalty.lua) step for step. Expired entries are swept on
  * a timer that never keeps the process alive, and at most `maxKeys` keys are
  * kept: the least recently used goes first (its caller then starts afresh,
  * which admits more than the limit would have: size maxKeys above the number of
  * callers active within one window).
  */
 export class MemoryStore implements Store {
-  readonly #entries = new Map<string, Entry>()
+  readonly #entries: LruMap<string, Entry>
   readonly #clock: () => number
   readonly #sweeper: NodeJS.Timeout
-  readonly #maxKeys: number
 
   constructor (clock: () => number = Date.now, maxKeys = DEFAULT_MAX_KEYS) {
     this.#clock = clock
-    this.#maxKeys = maxKeys
+    this.#entries = new LruMap(maxKeys)
     this.#sweeper = setInterval(() => this.sweep(), SWEEP_INTERVAL_MS)
     this.#sweeper.unref()
   }
 
-  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
-    return Promise.resolve(this.decideNow(runs, keys, costs, mode === 'peek'))
+  decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
+    return Promise.resolve(this.decideNow(request, mode))
   }
 
   /** The live state of a key, marked as recently used; undefined when absent or expired. */
@@ -59,23 +59,17 @@ export class MemoryStore implements Store {
       this.#entries.delete(key)
       return undefined
     }
-    // Map order is recency order: move the key to the end.
-    this.#entries.delete(key)
-    this.#entries.set(key, entry)
     return entry.state
   }
 
   #write (key: string, state: unknown, expiresAt: number): void {
-    this.#entries.delete(key)
     this.#entries.set(key, { state, expiresAt })
-    if (this.#entries.size > this.#maxKeys) {
-      const oldest = this.#entries.keys().next().value
-      if (oldest !== undefined) this.#entries.delete(oldest)
-    }
   }
 
-  /** The model's synchronous entry (property tests drive it with their own `now`); `dry` is a peek. */
-  decideNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], dry: boolean, now: number = this.#clock()): RawDecision[] {
+  /** The model's synchronous entry (property tests drive it with their own `now`). */
+  decideNow (request: StoreRequest, mode: DecideMode, now: number = this.#clock()): RawDecision[] {
+    const { runs, keys, costs } = request
+    const dry = mode === 'peek'
     const blocked = this.#penalized(runs, keys, now)
     if (blocked !== undefined) {
       return runs.map((run, i) => {
@@ -99,19 +93,22 @@ export class MemoryStore implements Store {
       }
     }
     const decisions = steps.map((step) => step.decision)
-    if (!dry) {
-      for (let i = 0; i < runs.length; i++) {
-        const run = runs[i] as BlockRun
-        const decision = decisions[i] as RawDecision
-        if (run.penalty === undefined || run.shadow || decision.allowed) continue
-        const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, run.params.windowMs, now)
-        if (until !== undefined) {
-          const wait = until - now
-          decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), penalized: true }
-        }
+    if (!dry) this.#countRefusals(request, decisions, now)
+    return decisions
+  }
+
+  /** A charge's refusals by blocks with a penalty: each counts one, and one may start a penalty. */
+  #countRefusals ({ runs, keys }: StoreRequest, decisions: RawDecision[], now: number): void {
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      const decision = decisions[i] as RawDecision
+      if (run.penalty === undefined || run.shadow || decision.allowed) continue
+      const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, run.params.windowMs, now)
+      if (until !== undefined) {
+        const wait = until - now
+        decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), penalized: true }
       }
     }
-    return decisions
   }
 
   /** Per block, the ms left of a penalty the identity is serving; undefined when none is. */
@@ -154,12 +151,13 @@ export class MemoryStore implements Store {
     return started
   }
 
-  async refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
-    return this.refundNow(runs, keys, costs, elapsedMs)
+  async refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
+    return this.refundNow(request, elapsedMs)
   }
 
-  refundNow (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number, now: number = this.#clock()): boolean[] {
-    return runs.map((run, i) => {
+  refundNow (request: StoreRequest, elapsedMs: number, now: number = this.#clock()): boolean[] {
+    const { keys, costs } = request
+    return request.runs.map((run, i) => {
       const key = keys[i] as string
       const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
       if (given === undefined) return false
@@ -179,7 +177,7 @@ export class MemoryStore implements Store {
   /** Drops entries whose state no longer matters. */
   sweep (): void {
     const now = this.#clock()
-    for (const [key, entry] of this.#entries) {
+    for (const [key, entry] of this.#entries.entries()) {
       if (entry.expiresAt <= now) this.#entries.delete(key)
     }
   }

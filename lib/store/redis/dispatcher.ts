@@ -1,11 +1,14 @@
 import { performance } from 'node:perf_hooks'
 import { Command, type Cluster, type Redis } from 'ioredis'
-import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_SCRIPT_ERROR, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
+import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
+import { frameBatch, splitBatchReply, type EncodedCall } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
+import { bySlot } from './slots.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
- * in one call of the batch script (lib/scripts.ts, buildBatchScript): one
+ * in one call of the batch script (scripts/batch.lua; its wire format is
+ * protocol.ts's, of which this module knows nothing more): one
  * EVALSHA, one Redis TIME, one reply to parse, instead of one command each.
  * The queue is flushed in setImmediate, after the poll phase that read the
  * requests, so a turn that parsed 500 requests sends one call (or a few, at
@@ -37,13 +40,8 @@ import type { LoadedScript } from './scripts.js'
 
 export type Client = Redis | Cluster
 
-/** One decision (or peek, or refund) waiting for its batch. */
-export interface BatchJob {
-  keys: readonly string[]
-  /** The decision's ARGV segment: block count, mode, then 6 values per block (see buildBatchScript). */
-  args: ReadonlyArray<string | number>
-  /** Integers in this job's reply: 4 per block for a decision or peek, 1 per block for a refund. */
-  replyLength: number
+/** One decision (or peek, or refund) waiting for its batch: its call as protocol.ts encodes it. */
+export interface BatchJob extends EncodedCall {
   resolve: (values: number[]) => void
   reject: (error: unknown) => void
 }
@@ -69,18 +67,25 @@ function isNoScript (error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT')
 }
 
-/** The Cluster hash tag of a key (`{...}`), which decides its slot; the key itself when it has none. */
-function hashTag (key: string): string {
-  const open = key.indexOf('{')
-  if (open !== -1) {
-    const close = key.indexOf('}', open + 1)
-    if (close > open + 1) return key.slice(open + 1, close)
-  }
-  return key
-}
-
 /** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
 interface Progress { lastAt: number }
+
+/** One script call in flight: its jobs and what the timeout rule judges it by. */
+interface InFlight {
+  jobs: readonly BatchJob[]
+  /** The framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
+  args: ReadonlyArray<string | number>
+  /** The command last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
+  command: Command
+  /** What the command's first argument becomes once the call is abandoned: an unknown SHA, or a script that touches nothing. */
+  inert: string
+  settled: boolean
+  timedOut: boolean
+  progress: Progress
+  writtenAt: number
+  firedAt: number
+  timer: NodeJS.Timeout | undefined
+}
 
 export class Dispatcher {
   readonly #client: Client
@@ -93,11 +98,11 @@ export class Dispatcher {
   readonly #progress = new Map<string, Progress>()
   readonly #flush = (): void => { this.#flushQueue() }
   /** Calls whose timer fired, judged together after the next poll phase (see #judge). */
-  #fired: Array<() => void> = []
+  #fired: InFlight[] = []
   readonly #judgeFired = (): void => {
-    const verdicts = this.#fired
+    const calls = this.#fired
     this.#fired = []
-    for (const verdict of verdicts) verdict()
+    for (const call of calls) this.#verdict(call)
   }
 
   constructor (client: Client, script: LoadedScript, options: DispatchOptions) {
@@ -143,18 +148,7 @@ export class Dispatcher {
       return
     }
     const max = this.#options.maxBatch
-    if (!this.#cluster) {
-      for (let i = 0; i < jobs.length; i += max) this.#send(jobs.length <= max ? jobs : jobs.slice(i, i + max))
-      return
-    }
-    const bySlot = new Map<string, BatchJob[]>()
-    for (const job of jobs) {
-      const tag = hashTag(job.keys[0] as string)
-      const group = bySlot.get(tag)
-      if (group === undefined) bySlot.set(tag, [job])
-      else group.push(job)
-    }
-    for (const group of bySlot.values()) {
+    for (const group of this.#cluster ? bySlot(jobs) : [jobs]) {
       for (let i = 0; i < group.length; i += max) this.#send(group.length <= max ? group : group.slice(i, i + max))
     }
   }
@@ -171,8 +165,8 @@ export class Dispatcher {
    * last call of a hung flood is not answered only after the requests of all
    * the calls before it have been served.
    */
-  #judge (verdict: () => void): void {
-    this.#fired.push(verdict)
+  #judge (call: InFlight): void {
+    this.#fired.push(call)
     if (this.#fired.length === 1) setImmediate(this.#judgeFired)
   }
 
@@ -191,108 +185,106 @@ export class Dispatcher {
     return progress
   }
 
-  /** One script call for these jobs, bounded as the module comment says. */
-  #send (jobs: readonly BatchJob[]): void {
-    const client = this.#client
-    const { timeout, clock, onBatch } = this.#options
-    const keys: string[] = []
-    const argv: Array<string | number> = [clock === undefined ? '' : String(clock())]
-    for (const job of jobs) {
-      for (const key of job.keys) keys.push(key)
-      for (const value of job.args) argv.push(value)
-    }
-    const args: Array<string | number> = [keys.length, ...keys, ...argv]
-    const keyPrefix = (client.options as { keyPrefix?: string }).keyPrefix
-    const send = (name: 'evalsha' | 'eval', first: string): Command => {
-      const command = new Command(name, [first, ...args], { replyEncoding: 'utf8', keyPrefix })
-      client.sendCommand(command)
-      return command
-    }
-
-    let settled = false
-    let timedOut = false
-    let command = send('evalsha', this.#script.sha)
-    let inert = INERT_SHA
-    const progress = this.#progressOf(command)
-    const writtenAt = performance.now()
-    let timer: NodeJS.Timeout | undefined
-
-    const finish = (): void => {
-      settled = true
-      if (timer !== undefined) clearTimeout(timer)
-      onBatch?.(jobs.length, performance.now() - writtenAt)
-    }
-    const failAll = (error: unknown): void => {
-      finish()
-      // Whatever copy of this call the client writes from now on runs nothing.
-      command.args[0] = inert
-      for (const job of jobs) this.#fail(job, error)
-    }
-    let firedAt = 0
-    const verdict = (): void => {
-      if (settled) return
-      // Redis answered this store on this connection in the poll phase just passed (after the timer
-      // fired), or within `timeout` before it: it is alive and working through the pipeline ahead of
-      // this call, and a saturated process only read it late. Give it another `timeout`.
-      const last = progress.lastAt
-      if (last > firedAt || (last > writtenAt && firedAt - last < timeout)) {
-        timer = setTimeout(onTimer, timeout)
-        return
-      }
-      timedOut = true
-      failAll(new FST_RRL_REDIS_TIMEOUT(timeout))
-    }
-    // Expired timers run before the poll phase: let it read replies that have already arrived.
-    const onTimer = (): void => {
-      firedAt = performance.now()
-      this.#judge(verdict)
-    }
-    timer = setTimeout(onTimer, timeout)
-
-    // Any answer shows Redis is alive, also one to a call already abandoned (or its inert resend).
-    const onReply = (reply: unknown): void => {
-      progress.lastAt = performance.now()
-      if (settled) return
-      finish()
-      this.#deliver(jobs, reply)
-    }
-    const onError = (error: unknown): void => {
-      // An error reply came from Redis; a connection error (closed, timed out by the client) did not.
-      if ((error as { name?: unknown } | null)?.name === 'ReplyError') progress.lastAt = performance.now()
-      if (settled) return
-      // An abandoned call is never retried: its decisions were already answered.
-      if (isNoScript(error) && !timedOut && inert === INERT_SHA) {
-        command = send('eval', this.#script.source)
-        inert = INERT_SCRIPT
-        ;(command.promise as Promise<unknown>).then(onReply, onError)
-        return
-      }
-      failAll(new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)))
-    }
-    ;(command.promise as Promise<unknown>).then(onReply, onError)
+  /** Writes one script call (EVALSHA by SHA, or EVAL of the source) with the batch's framed arguments. */
+  #write (name: 'evalsha' | 'eval', first: string, args: ReadonlyArray<string | number>): Command {
+    const keyPrefix = (this.#client.options as { keyPrefix?: string }).keyPrefix
+    const command = new Command(name, [first, ...args], { replyEncoding: 'utf8', keyPrefix })
+    this.#client.sendCommand(command)
+    return command
   }
 
-  /** Splits a batch reply among its jobs: `1, values...` or `0, error text` each. */
+  /** Waits for the reply of the call's current command (the EVALSHA, or the EVAL after NOSCRIPT). */
+  #listen (call: InFlight): void {
+    ;(call.command.promise as Promise<unknown>).then((reply) => { this.#onReply(call, reply) }, (error: unknown) => { this.#onError(call, error) })
+  }
+
+  /** One script call for these jobs, bounded as the module comment says. */
+  #send (jobs: readonly BatchJob[]): void {
+    const args = frameBatch(jobs, this.#options.clock?.())
+    const command = this.#write('evalsha', this.#script.sha, args)
+    const call: InFlight = {
+      jobs,
+      args,
+      command,
+      inert: INERT_SHA,
+      settled: false,
+      timedOut: false,
+      progress: this.#progressOf(command),
+      writtenAt: performance.now(),
+      firedAt: 0,
+      timer: undefined
+    }
+    call.timer = setTimeout(this.#onTimer, this.#options.timeout, call)
+    this.#listen(call)
+  }
+
+  #finish (call: InFlight): void {
+    call.settled = true
+    if (call.timer !== undefined) clearTimeout(call.timer)
+    this.#options.onBatch?.(call.jobs.length, performance.now() - call.writtenAt)
+  }
+
+  #failAll (call: InFlight, error: unknown): void {
+    this.#finish(call)
+    // Whatever copy of this call the client writes from now on runs nothing.
+    call.command.args[0] = call.inert
+    for (const job of call.jobs) this.#fail(job, error)
+  }
+
+  // Expired timers run before the poll phase: let it read replies that have already arrived.
+  readonly #onTimer = (call: InFlight): void => {
+    call.firedAt = performance.now()
+    this.#judge(call)
+  }
+
+  #verdict (call: InFlight): void {
+    if (call.settled) return
+    const { timeout } = this.#options
+    // Redis answered this store on this connection in the poll phase just passed (after the timer
+    // fired), or within `timeout` before it: it is alive and working through the pipeline ahead of
+    // this call, and a saturated process only read it late. Give it another `timeout`.
+    const last = call.progress.lastAt
+    if (last > call.firedAt || (last > call.writtenAt && call.firedAt - last < timeout)) {
+      call.timer = setTimeout(this.#onTimer, timeout, call)
+      return
+    }
+    call.timedOut = true
+    this.#failAll(call, new FST_RRL_REDIS_TIMEOUT(timeout))
+  }
+
+  // Any answer shows Redis is alive, also one to a call already abandoned (or its inert resend).
+  #onReply (call: InFlight, reply: unknown): void {
+    call.progress.lastAt = performance.now()
+    if (call.settled) return
+    this.#finish(call)
+    this.#deliver(call.jobs, reply)
+  }
+
+  #onError (call: InFlight, error: unknown): void {
+    // An error reply came from Redis; a connection error (closed, timed out by the client) did not.
+    if ((error as { name?: unknown } | null)?.name === 'ReplyError') call.progress.lastAt = performance.now()
+    if (call.settled) return
+    // An abandoned call is never retried: its decisions were already answered.
+    if (isNoScript(error) && !call.timedOut && call.inert === INERT_SHA) {
+      call.command = this.#write('eval', this.#script.source, call.args)
+      call.inert = INERT_SCRIPT
+      this.#listen(call)
+      return
+    }
+    this.#failAll(call, new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)))
+  }
+
+  /** Gives each job its share of a batch reply (protocol.ts splits it), or the error it failed with. */
   #deliver (jobs: readonly BatchJob[], reply: unknown): void {
-    let at = 0
-    const list = Array.isArray(reply) ? reply as unknown[] : []
+    const results = splitBatchReply(jobs, reply)
     for (let j = 0; j < jobs.length; j++) {
       const job = jobs[j] as BatchJob
-      const status = list[at]
-      if (status === 0 && typeof list[at + 1] === 'string') {
-        this.#fail(job, new FST_RRL_SCRIPT_ERROR(list[at + 1] as string))
-        at += 2
-        continue
+      const result = results[j] as number[] | Error
+      if (result instanceof Error) this.#fail(job, result)
+      else {
+        this.#pending--
+        job.resolve(result)
       }
-      const values = status === 1 ? list.slice(at + 1, at + 1 + job.replyLength) : []
-      if (values.length !== job.replyLength || !values.every((value) => typeof value === 'number')) {
-        // The rest cannot be located either.
-        for (let k = j; k < jobs.length; k++) this.#fail(jobs[k] as BatchJob, new FST_RRL_BAD_SCRIPT_REPLY())
-        return
-      }
-      this.#pending--
-      job.resolve(values as number[])
-      at += 1 + job.replyLength
     }
   }
 }

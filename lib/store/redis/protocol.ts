@@ -1,10 +1,24 @@
+import type { RawDecision } from '../algorithms.js'
+import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
+import { penaltyKey, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+
 /*
- * The mode argument the Lua scripts take after `now`, by name. The values are
- * part of the script interface that old and new instances share during a
- * rolling deploy: never change them, only add.
+ * The batch script's wire format, in one place: what a decision, peek or
+ * refund sends (keys and its ARGV segment), how the calls of one batch are
+ * framed into one EVALSHA, and how its reply is split and read. The Lua side
+ * is scripts/batch.lua (layout in its header comment).
  *
- *   one algorithm's script:  charge '' · peek '1' · refund '2' (then elapsed ms)
- *   the multi-limit script:  charge '' · peek '1' · refund 'r<elapsed ms>'
+ * ARGV layout, modes and reply layout belong to one instance's script SHA
+ * (DESIGN.md, "Rolling deploys"): an instance only ever calls the script it
+ * loaded, so they may change with a release. What old and new instances share
+ * is the key names and the state stored under them (keys/layout.ts).
+ */
+
+/*
+ * The mode argument, by name:
+ *
+ *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms)
+ *   the multi and batch scripts (per decision): charge '' · peek '1' · refund 'r<elapsed ms>'
  */
 export const SCRIPT_MODE = {
   charge: '',
@@ -12,7 +26,113 @@ export const SCRIPT_MODE = {
   refund: '2'
 } as const
 
-/** The multi script's refund mode: `r` and the milliseconds since the units were spent. */
+/** The multi and batch scripts' refund mode: `r` and the milliseconds since the units were spent. */
 export function multiRefundMode (elapsed: string): string {
   return 'r' + elapsed
+}
+
+/** Values per block in the multi script's ARGV (after the two leading ones). */
+export const MULTI_STRIDE = 6
+
+/** Values per block in a batch decision: the multi script's six, then the penalty ('' = none). */
+export const BATCH_STRIDE = MULTI_STRIDE + 1
+
+/** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs. */
+export const DECISION_STRIDE = 4
+
+/** One decision, peek or refund as the batch script takes it. */
+export interface EncodedCall {
+  keys: readonly string[]
+  /** The decision's ARGV segment: block count, mode, then BATCH_STRIDE values per block (see `segment`). */
+  args: ReadonlyArray<string | number>
+  /** Integers in this call's reply: DECISION_STRIDE per block for a decision or peek, 1 per block for a refund. */
+  replyLength: number
+}
+
+/** One decision's ARGV segment for the batch script: block count, mode, then 7 values per block. */
+export function segment (request: StoreRequest, mode: string): Array<string | number> {
+  const { runs, costs } = request
+  const args: Array<string | number> = [runs.length, mode]
+  for (let i = 0; i < runs.length; i++) {
+    const run = runs[i] as BlockRun
+    args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '', run.penalty?.arg ?? '')
+  }
+  return args
+}
+
+/** The block keys, then one penalty key per block that has a penalty (see scripts/batch.lua). */
+export function keysWithPenalties (request: StoreRequest): readonly string[] {
+  const { runs, keys } = request
+  let all: string[] | undefined
+  for (let i = 0; i < runs.length; i++) {
+    if ((runs[i] as BlockRun).penalty === undefined) continue
+    all ??= [...keys]
+    all.push(penaltyKey(keys[i] as string))
+  }
+  return all ?? keys
+}
+
+/** A decision or peek of every block of one request. */
+export function decideCall (request: StoreRequest, mode: DecideMode): EncodedCall {
+  return { keys: keysWithPenalties(request), args: segment(request, SCRIPT_MODE[mode]), replyLength: request.runs.length * DECISION_STRIDE }
+}
+
+/** A refund of every block's units, spent `elapsedMs` ago. */
+export function refundCall (request: StoreRequest, elapsedMs: number): EncodedCall {
+  const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
+  return { keys: keysWithPenalties(request), args: segment(request, mode), replyLength: request.runs.length }
+}
+
+/** The arguments after the SHA (or source) for one batch: key count, every call's keys, now ('' = Redis TIME), every call's segment. */
+export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
+  const keys: string[] = []
+  const argv: Array<string | number> = [now === undefined ? '' : String(now)]
+  for (const call of calls) {
+    for (const key of call.keys) keys.push(key)
+    for (const value of call.args) argv.push(value)
+  }
+  return [keys.length, ...keys, ...argv]
+}
+
+/**
+ * Splits a batch reply among its calls, `1, values...` or `0, error text`
+ * each: per call its values, or the error it failed with.
+ */
+export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): Array<number[] | Error> {
+  const out: Array<number[] | Error> = []
+  const list = Array.isArray(reply) ? reply as unknown[] : []
+  let at = 0
+  for (const call of calls) {
+    const status = list[at]
+    if (status === 0 && typeof list[at + 1] === 'string') {
+      out.push(new FST_RRL_SCRIPT_ERROR(list[at + 1] as string))
+      at += 2
+      continue
+    }
+    const values = status === 1 ? list.slice(at + 1, at + 1 + call.replyLength) : []
+    if (values.length !== call.replyLength || !values.every((value) => typeof value === 'number')) {
+      // The rest cannot be located either.
+      while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
+      return out
+    }
+    out.push(values as number[])
+    at += 1 + call.replyLength
+  }
+  return out
+}
+
+/** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, or 2 for a penalty. */
+export function toDecisions (values: readonly number[]): RawDecision[] {
+  const out: RawDecision[] = []
+  for (let i = 0; i < values.length; i += DECISION_STRIDE) {
+    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number }
+    if (values[i] === 2) decision.penalized = true
+    out.push(decision)
+  }
+  return out
+}
+
+/** A refund's reply: per block 1 when units were given back. */
+export function toRefunds (values: readonly number[]): boolean[] {
+  return values.map((given) => given === 1)
 }

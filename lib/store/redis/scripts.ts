@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
+import { BATCH_STRIDE, MULTI_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -8,323 +9,93 @@ export interface LoadedScript {
 }
 
 /*
+ * The script registry: every script is assembled from the Lua files in
+ * scripts/ and hashed once. `prelude.lua` (integer division, the clock) comes
+ * first; each algorithm file is a chunk that returns its function of
+ * (KEYS, ARGV); `multi.lua`, `penalty.lua` and `batch.lua` are the drivers.
+ * The stride constants come from protocol.ts, their one definition.
+ *
  * scripts/ ships beside lib/ and dist/, so one relative URL works from the
  * TypeScript sources and from the published build alike.
  */
 const SCRIPTS_DIR = new URL('../../../scripts/', import.meta.url)
 
+/** The Lua files, as read from scripts/. */
+export interface ScriptSources {
+  prelude: string
+  algorithms: Record<AlgorithmName, string>
+  multi: string
+  penalty: string
+  batch: string
+}
+
 function loaded (source: string): LoadedScript {
   return { source, sha: createHash('sha1').update(source).digest('hex') }
 }
 
-function readSources (): Record<AlgorithmName, string> {
-  const sources = {} as Record<AlgorithmName, string>
-  for (const name of ALGORITHMS) sources[name] = readFileSync(new URL(`${name}.lua`, SCRIPTS_DIR), 'utf8')
-  return sources
+function readLua (name: string): string {
+  return readFileSync(new URL(`${name}.lua`, SCRIPTS_DIR), 'utf8')
 }
 
-export function loadScripts (): Record<AlgorithmName, LoadedScript> {
-  const sources = readSources()
+export function readSources (): ScriptSources {
+  const algorithms = {} as Record<AlgorithmName, string>
+  for (const name of ALGORITHMS) algorithms[name] = readLua(name)
+  return { prelude: readLua('prelude'), algorithms, multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
+}
+
+/** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
+function algorithmLocal (local: string, name: AlgorithmName, chunk: string): string {
+  return `-- ${name}\nlocal ${local} = (function ()\n${chunk}end)()`
+}
+
+/** Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm numbers), and the table of them. */
+function algorithmFunctions (sources: ScriptSources): string {
+  const locals = ALGORITHMS.map((name, index) => algorithmLocal(`algorithm${index + 1}`, name, sources.algorithms[name]))
+  return `${locals.join('\n')}
+local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).join(', ')} }`
+}
+
+function header (what: string, sources: ScriptSources): string {
+  return `#!lua
+-- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
+local MULTI_STRIDE, BATCH_STRIDE = ${MULTI_STRIDE}, ${BATCH_STRIDE}
+${sources.prelude}`
+}
+
+/**
+ * One algorithm's script on its own: KEYS[1] = state key; ARGV = limit,
+ * windowMs, burst, cost, now ('' = Redis TIME), mode (see SCRIPT_MODE).
+ * Tests and benchmarks run these; the store sends only the batch script.
+ */
+export function loadScripts (sources: ScriptSources = readSources()): Record<AlgorithmName, LoadedScript> {
   const scripts = {} as Record<AlgorithmName, LoadedScript>
-  for (const name of ALGORITHMS) scripts[name] = loaded(sources[name])
+  for (const name of ALGORITHMS) {
+    scripts[name] = loaded(`${header(name, sources)}
+${algorithmLocal('algorithm', name, sources.algorithms[name])}
+return algorithm(KEYS, ARGV)
+`)
+  }
   return scripts
 }
 
-/** Values per block in the multi script's ARGV (after the two leading ones). */
-export const MULTI_STRIDE = 6
-
-/** Each algorithm file's body (minus its `#!lua` line, unchanged) as a Lua function of (KEYS, ARGV). */
-function algorithmFunctions (sources: Record<AlgorithmName, string>): string {
-  const functions = ALGORITHMS.map((name, index) => {
-    const body = sources[name].split('\n').slice(1).join('\n')
-    return `-- ${name}\nlocal function algorithm${index + 1} (KEYS, ARGV)\n${body}\nend`
-  }).join('\n')
-  return `${functions}
-local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).join(', ')} }
-local function redisNow ()
-  local t = redis.call('TIME')
-  return string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-end`
-}
-
-/*
- * The multi-limit driver as a Lua function of (KEYS, ARGV), with ARGV as the
- * multi script's (see buildMultiScript). Shared by the multi script and the
- * batch script, so both decide several blocks the same way.
- */
-const MULTI_DRIVER = `local function multi (KEYS, ARGV)
-  local now = ARGV[1]
-  if now == nil or now == '' then now = redisNow() end
-  local n = #KEYS
-  if string.sub(ARGV[2], 1, 1) == 'r' then
-    -- refund mode ('r<elapsedMs>'): give back each block's cost, spent elapsedMs ago
-    local elapsed = string.sub(ARGV[2], 2)
-    local given = {}
-    for i = 1, n do
-      local b = 2 + (i - 1) * ${MULTI_STRIDE}
-      given[i] = algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '2', elapsed })[1]
-    end
-    return given
-  end
-  local out = {}
-  local admit = true
-  local allowed = {}
-  for i = 1, n do
-    local b = 2 + (i - 1) * ${MULTI_STRIDE}
-    local r = algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '1' })
-    allowed[i] = r[1] == 1
-    if r[1] ~= 1 and ARGV[b + 6] ~= '1' then admit = false end
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
-    out[#out + 1] = r[3]
-    out[#out + 1] = r[4]
-  end
-  if admit and ARGV[2] ~= '1' then
-    for i = 1, n do
-      if allowed[i] then
-        local b = 2 + (i - 1) * ${MULTI_STRIDE}
-        algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '' })
-      end
-    end
-  end
-  return out
-end`
-
 /**
- * The multi-limit script, built once from the five algorithm files: a driver
- * decides every block of one request in one call, all-or-nothing:
- *
- *   KEYS[i]   state key of block i (all keys of one request share one hash tag)
- *   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
- *   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
- *             cost, spent <ms> ago (returns one 1/0 per block: given back or not)
- *   then per block i, at 2 + (i - 1) * 6: algorithm number (1-based, ALGORITHMS
- *   order), limit, windowMs, burst, cost, shadow ('1' = decided and recorded,
- *   never blocks the request)
- *
- * Pass 1 runs every block dry (nothing written). If every enforced block
- * admits, pass 2 runs for real every enforced block and every shadow block that
- * admitted (a shadow block behaves as the real limit would have: it counts what
- * it would admit). If any enforced block rejects, nothing is written at all.
- * A block's dry decision equals its real one (same state, same now), so the
- * reply is pass 1's: four integers per block (allowed, remaining, resetMs,
- * retryAfterMs), 4 * n in all.
- *
- * The store sends decisions through the batch script (below), which embeds
- * this same driver; the multi script on its own is what the multi-limit
- * property test holds to the memory store.
+ * The multi-limit script: the multi driver (scripts/multi.lua, layout there)
+ * on its own, what the multi-limit property test holds to the memory store.
+ * The store sends decisions through the batch script, which embeds it.
  */
-export function buildMultiScript (sources: Record<AlgorithmName, string> = readSources()): LoadedScript {
-  return loaded(`#!lua
--- multi-limit driver, generated by lib/scripts.ts from scripts/*.lua (see buildMultiScript)
+export function buildMultiScript (sources: ScriptSources = readSources()): LoadedScript {
+  return loaded(`${header('multi-limit driver', sources)}
 ${algorithmFunctions(sources)}
-${MULTI_DRIVER}
+${sources.multi}
 return multi(KEYS, ARGV)
 `)
 }
 
-/** Values per block in a batch decision: the multi script's six, then the penalty ('' = none). */
-export const BATCH_STRIDE = MULTI_STRIDE + 1
-
-/*
- * Penalties (escalation for repeat offenders), decided in the batch driver
- * around the algorithm. A block with a penalty spec 'after:forMs:backoff:maxMs'
- * has a second key (the decision's penalty keys follow its block keys in
- * KEYS) holding one string "until:offences:refusals:windowIndex":
- *
- *   - until > now: the identity is penalized; the decision is refused without
- *     running the algorithm for that block (the other blocks are only peeked),
- *     allowed = 2, retryAfterMs = resetMs = until - now.
- *   - a charge refused by that block counts one refusal in the block's
- *     current window (window index = floor(now / windowMs)); the `after`-th
- *     refusal of one window starts a penalty: offences + 1, lasting forMs the
- *     first time and `backoff` times longer at each further offence (repeated
- *     multiplication, as the memory store does), never more than maxMs; the
- *     refusal count starts again.
- *   - offences are forgotten once a caller stays quiet for as long as its
- *     last penalty after it ended (now >= until + last); the key lives
- *     max(windowMs, until - now + the last penalty), so it vanishes then too.
- *
- * Shadow blocks and peeks never count refusals; refunds ignore penalties.
- */
-const PENALTY_FUNCTIONS = `local function penaltySpec (spec)
-  local a, f, b, m = string.match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
-  return tonumber(a), tonumber(f), tonumber(b), tonumber(m)
-end
-local function penaltyRead (key)
-  local stored = redis.call('GET', key)
-  if not stored then return 0, 0, 0, -1 end
-  local u, o, r, x = string.match(stored, '^(%-?%d+):(%d+):(%d+):(%-?%d+)$')
-  if not u then return 0, 0, 0, -1 end
-  return tonumber(u), tonumber(o), tonumber(r), tonumber(x)
-end
--- floor(a / b) for integers below 2^53, exact whatever the rounding of a / b
-local function pidiv (a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
--- Counts one refusal; returns the penalty's end when this refusal starts one, else nil.
-local function penaltyRefused (key, spec, w, now)
-  local after, forMs, backoff, maxMs = penaltySpec(spec)
-  local untilMs, offences, refusals, idx = penaltyRead(key)
-  local current = pidiv(now, w)
-  if idx ~= current then refusals = 0 end
-  refusals = refusals + 1
-  local started = nil
-  local last = 0
-  if offences > 0 then
-    last = forMs
-    for k = 2, offences do last = math.min(maxMs, last * backoff) end
-    last = math.floor(last)
-    -- quiet for as long as the last penalty after it ended: the offences are forgotten
-    if now >= untilMs + last then
-      offences = 0
-      last = 0
-    end
-  end
-  if refusals >= after then
-    offences = offences + 1
-    local d = forMs
-    for k = 2, offences do d = math.min(maxMs, d * backoff) end
-    d = math.floor(math.min(maxMs, d))
-    untilMs = now + d
-    last = d
-    refusals = 0
-    started = untilMs
-  end
-  local ttl = w
-  if untilMs - now + last > ttl then ttl = untilMs - now + last end
-  redis.call('SET', key, string.format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', ttl)
-  return started
-end`
-
-/**
- * The batch script: every decision one store dispatched in one event-loop
- * turn (for one slot on a Cluster), in one call, each atomic on its own:
- *
- *   ARGV[1]   now in ms ('' = Redis TIME, read once for the whole batch)
- *   then per decision d, in order: blocks n, mode ('' = decide, '1' = peek,
- *   'r<ms>' = refund), then per block the multi script's six values
- *   (algorithm number, limit, windowMs, burst, cost, shadow) and a penalty
- *   spec ('' or 'after:forMs:backoff:maxMs'); decision d's n block keys,
- *   then one penalty key per block with a spec, follow the previous
- *   decisions' keys in KEYS.
- *
- * A one-block decision runs its algorithm once (no dry pass to pay for); a
- * multi-block one runs the multi driver (all-or-nothing). Each decision runs
- * under pcall, so one bad key (WRONGTYPE) fails that decision alone; a
- * failing decision has written nothing, because every algorithm reads its key
- * before it writes and the multi driver writes only after every dry pass.
- * Penalties: see PENALTY_FUNCTIONS.
- *
- * Reply, per decision in order: 1 followed by its values (4 per block for a
- * decision or a peek, allowed being 0, 1, or 2 for a penalty; 1 per block for
- * a refund), or 0 followed by the error text.
- */
-export function buildBatchScript (sources: Record<AlgorithmName, string> = readSources()): LoadedScript {
-  return loaded(`#!lua
--- batch driver, generated by lib/scripts.ts from scripts/*.lua (see buildBatchScript)
+/** The batch script (scripts/batch.lua; wire format in protocol.ts): what the store sends. */
+export function buildBatchScript (sources: ScriptSources = readSources()): LoadedScript {
+  return loaded(`${header('batch driver', sources)}
 ${algorithmFunctions(sources)}
-${MULTI_DRIVER}
-${PENALTY_FUNCTIONS}
-local STRIDE = ${BATCH_STRIDE}
-local function runBlock (key, argv, b, mode, now)
-  if string.sub(mode, 1, 1) == 'r' then
-    return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, '2', string.sub(mode, 2) })
-  end
-  return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, mode })
-end
--- One decision: n blocks whose values start at ARGV[at], keys at KEYS[k]; returns its reply values.
-local function decide (at, k, n, mode, now)
-  local refund = string.sub(mode, 1, 1) == 'r'
-  -- penalty keys follow the block keys, one per block with a spec
-  local pkeys = {}
-  local p = k + n
-  for i = 1, n do
-    if ARGV[at + (i - 1) * STRIDE + 6] ~= '' then
-      pkeys[i] = KEYS[p]
-      p = p + 1
-    end
-  end
-  if not refund then
-    local blocked = nil
-    for i = 1, n do
-      local b = at + (i - 1) * STRIDE
-      if pkeys[i] and ARGV[b + 5] ~= '1' then
-        local untilMs = penaltyRead(pkeys[i])
-        if untilMs > tonumber(now) then
-          blocked = blocked or {}
-          blocked[i] = untilMs - tonumber(now)
-        end
-      end
-    end
-    if blocked then
-      local out = {}
-      for i = 1, n do
-        if blocked[i] then
-          out[#out + 1] = 2
-          out[#out + 1] = 0
-          out[#out + 1] = blocked[i]
-          out[#out + 1] = blocked[i]
-        else
-          local r = runBlock(KEYS[k + i - 1], ARGV, at + (i - 1) * STRIDE, '1', now)
-          for j = 1, 4 do out[#out + 1] = r[j] end
-        end
-      end
-      return out
-    end
-  end
-  local r
-  if n == 1 then
-    r = runBlock(KEYS[k], ARGV, at, mode, now)
-  else
-    local keys = {}
-    local argv = { now, mode }
-    for i = 1, n do
-      keys[i] = KEYS[k + i - 1]
-      for j = 0, ${MULTI_STRIDE - 1} do argv[#argv + 1] = ARGV[at + (i - 1) * STRIDE + j] end
-    end
-    r = multi(keys, argv)
-  end
-  if mode == '' then
-    for i = 1, n do
-      local b = at + (i - 1) * STRIDE
-      if pkeys[i] and ARGV[b + 5] ~= '1' and r[(i - 1) * 4 + 1] ~= 1 then
-        local untilMs = penaltyRefused(pkeys[i], ARGV[b + 6], tonumber(ARGV[b + 2]), tonumber(now))
-        if untilMs then
-          local wait = untilMs - tonumber(now)
-          r[(i - 1) * 4 + 1] = 2
-          if r[(i - 1) * 4 + 3] < wait then r[(i - 1) * 4 + 3] = wait end
-          if r[(i - 1) * 4 + 4] < wait then r[(i - 1) * 4 + 4] = wait end
-        end
-      end
-    end
-  end
-  return r
-end
-local now = ARGV[1]
-if now == nil or now == '' then now = redisNow() end
-local out = {}
-local at = 2
-local k = 1
-while at <= #ARGV do
-  local n = tonumber(ARGV[at])
-  local mode = ARGV[at + 1]
-  local ok, r = pcall(decide, at + 2, k, n, mode, now)
-  if ok then
-    out[#out + 1] = 1
-    for i = 1, #r do out[#out + 1] = r[i] end
-  else
-    out[#out + 1] = 0
-    if type(r) == 'table' and r.err ~= nil then out[#out + 1] = r.err else out[#out + 1] = tostring(r) end
-  end
-  k = k + n
-  for i = 1, n do
-    if ARGV[at + 2 + (i - 1) * STRIDE + 6] ~= '' then k = k + 1 end
-  end
-  at = at + 2 + n * STRIDE
-end
-return out
-`)
+${sources.multi}
+${sources.penalty}
+${sources.batch}`)
 }

@@ -1,14 +1,16 @@
+import { performance } from 'node:perf_hooks'
 import type { Cluster, Redis } from 'ioredis'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
-import { multiRefundMode, SCRIPT_MODE } from './protocol.js'
+import { decideCall, refundCall, toDecisions, toRefunds } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
-import { penaltyKey, type BlockRun, type DebugLog, type DecideMode, type Store } from '../port.js'
+import { awaitWithin } from '../../util/settle.js'
+import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and refund goes through the
- * dispatcher (lib/redis-dispatch.ts), which sends the decisions of one
+ * dispatcher (dispatcher.ts), which sends the decisions of one
  * event-loop turn as one call of the batch script, bounded by `timeout`
  * (measured on Redis, not on Node's own lag). A client that is not ready is
  * not asked (its offline queue would hold the request for seconds).
@@ -20,38 +22,6 @@ type Client = Redis | Cluster
 const WARM_UP_MS = 500
 
 export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
-
-/** Four integers per block: allowed, remaining, resetMs, retryAfterMs. */
-function toDecisions (values: readonly number[]): RawDecision[] {
-  const out: RawDecision[] = []
-  for (let i = 0; i < values.length; i += 4) {
-    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number }
-    if (values[i] === 2) decision.penalized = true
-    out.push(decision)
-  }
-  return out
-}
-
-/** One decision's ARGV segment for the batch script: block count, mode, then 7 values per block. */
-function segment (runs: readonly BlockRun[], costs: readonly number[], mode: string): Array<string | number> {
-  const args: Array<string | number> = [runs.length, mode]
-  for (let i = 0; i < runs.length; i++) {
-    const run = runs[i] as BlockRun
-    args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '', run.penalty?.arg ?? '')
-  }
-  return args
-}
-
-/** The block keys, then one penalty key per block that has a penalty (see buildBatchScript). */
-function keysWithPenalties (runs: readonly BlockRun[], keys: readonly string[]): readonly string[] {
-  let all: string[] | undefined
-  for (let i = 0; i < runs.length; i++) {
-    if ((runs[i] as BlockRun).penalty === undefined) continue
-    all ??= [...keys]
-    all.push(penaltyKey(keys[i] as string))
-  }
-  return all ?? keys
-}
 
 /**
  * Whether keys that carry a TTL (all of ours) can be evicted before it runs
@@ -92,6 +62,13 @@ async function checkEviction (masters: readonly Redis[], log: DebugLog | undefin
   if (risky.length > 0) FST_RRL_EVICTION_POLICY(risky.sort().join('; '))
 }
 
+/** Waits at most `ms` for a connecting client's ready event, and leaves no listener behind. */
+async function readyWithin (client: Client, ms: number): Promise<void> {
+  let onReady = (): void => {}
+  await awaitWithin(new Promise<void>((resolve) => { onReady = resolve; client.once('ready', resolve) }), ms, 'client ready')
+  client.off('ready', onReady)
+}
+
 export class RedisStore implements Store {
   readonly #client: Client
   readonly #script: LoadedScript
@@ -119,17 +96,18 @@ export class RedisStore implements Store {
   }
 
   /** Every block of one request, all-or-nothing, in this turn's batch. */
-  decide (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], mode: DecideMode): Promise<RawDecision[]> {
+  decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ keys: keysWithPenalties(runs, keys), args: segment(runs, costs, SCRIPT_MODE[mode]), replyLength: runs.length * 4, resolve: (values) => { resolve(toDecisions(values)) }, reject })
+      const { keys, args, replyLength } = decideCall(request, mode)
+      this.#dispatcher.enqueue({ keys, args, replyLength, resolve: (values) => { resolve(toDecisions(values)) }, reject })
     })
   }
 
   /** refundOn: gives back every block's units, spent `elapsedMs` ago, in this turn's batch. */
-  refund (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Promise<boolean[]> {
-    const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
+  refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ keys: keysWithPenalties(runs, keys), args: segment(runs, costs, mode), replyLength: runs.length, resolve: (values) => { resolve(values.map((given) => given === 1)) }, reject })
+      const { keys, args, replyLength } = refundCall(request, elapsedMs)
+      this.#dispatcher.enqueue({ keys, args, replyLength, resolve: (values) => { resolve(toRefunds(values)) }, reject })
     })
   }
 
@@ -153,23 +131,14 @@ export class RedisStore implements Store {
    */
   async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
     const client = this.#client
-    let timer: NodeJS.Timeout | undefined
-    const expired = new Promise<void>((resolve) => { timer = setTimeout(resolve, maxWaitMs) })
-    try {
-      if (client.status === 'wait') client.connect().catch(() => {})
-      if (client.status !== 'ready') {
-        let onReady = (): void => {}
-        await Promise.race([expired, new Promise<void>((resolve) => { onReady = resolve; client.once('ready', resolve) })])
-        client.off('ready', onReady)
-      }
-      if (client.status !== 'ready') return
-      const masters: Redis[] = this.cluster ? (client as Cluster).nodes('master') : [client as Redis]
-      const source = this.#script.source
-      const loaded = Promise.all(masters.map(async (node) => { await node.script('LOAD', source) })).catch(() => {})
-      await Promise.race([expired, Promise.all([loaded, checkEviction(masters, log)])])
-    } finally {
-      clearTimeout(timer)
-    }
+    const deadline = performance.now() + maxWaitMs
+    if (client.status === 'wait') client.connect().catch(() => {})
+    if (client.status !== 'ready') await readyWithin(client, maxWaitMs)
+    if (client.status !== 'ready') return
+    const masters: Redis[] = this.cluster ? (client as Cluster).nodes('master') : [client as Redis]
+    const source = this.#script.source
+    const loaded = Promise.all(masters.map(async (node) => { await node.script('LOAD', source) })).catch(() => {})
+    await awaitWithin(Promise.all([loaded, checkEviction(masters, log)]), Math.max(0, deadline - performance.now()), 'script load')
   }
 
   close (): void {}

@@ -117,136 +117,160 @@ function resolveHashSecret (value: unknown): Buffer | undefined {
   return bytes
 }
 
-/** Validates the plugin options at register time; every mistake is a coded error naming the option. */
-export function resolveOptions (input: RateLimitPluginOptions | undefined): ResolvedOptions {
-  const options = (input ?? {}) as Record<string, unknown>
-  for (const name of Object.keys(options)) {
-    if (!OPTION_NAMES.has(name)) throw new FST_RRL_INVALID_OPTION(name, `is not an option (known: ${[...OPTION_NAMES].join(', ')})`)
-  }
+type Input = Record<string, unknown>
 
+/** The store and how decisions reach it: store, redis, prefix, timeout, batching. */
+function resolveStore (options: Input): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxKeys'> {
   const store = choice('store', options.store ?? 'redis', STORES)
-
-  const redis = options.redis
-  if (redis !== undefined && (redis === null || typeof (redis as { evalsha?: unknown }).evalsha !== 'function' || typeof (redis as { status?: unknown }).status !== 'string')) {
+  const redis = options.redis as { evalsha?: unknown, status?: unknown } | null | undefined
+  if (redis !== undefined && (redis === null || typeof redis.evalsha !== 'function' || typeof redis.status !== 'string')) {
     throw new FST_RRL_INVALID_OPTION('redis', 'must be an ioredis Redis or Cluster instance')
   }
-
   const prefix = options.prefix ?? 'rl'
   if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
     throw new FST_RRL_INVALID_OPTION('prefix', `must be 1 to ${MAX_PREFIX_LENGTH} characters from A-Z a-z 0-9 _ . : - (got ${JSON.stringify(prefix)})`)
   }
-
-  const onRedisError = choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES)
-
   const timeout = options.timeout ?? 50
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${shown(timeout)})`)
   }
+  return {
+    store,
+    redis: redis as ResolvedOptions['redis'],
+    prefix,
+    timeout,
+    batchWrites: options.batchWrites !== false,
+    maxBatch: integerOption(options, 'maxBatch', 128, 1, MAX_BATCH),
+    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING),
+    maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS)
+  }
+}
 
-  const headers = choice('headers', options.headers ?? 'ietf', HEADER_MODES)
+/** A block or a non-empty array of blocks, checked for shape only (block.ts compiles it). */
+function optionalBlocks (options: Input, name: 'defaultLimit' | 'notFound', example: string): RateLimitBlock | RateLimitBlock[] | undefined {
+  const value = options[name]
+  if (value !== undefined && (value === null || typeof value !== 'object' || (Array.isArray(value) && value.length === 0))) {
+    throw new FST_RRL_INVALID_OPTION(name, `must be a rate limit block like { limit: ${example}, window: '1m' } (or an array of blocks)`)
+  }
+  return value as RateLimitBlock | RateLimitBlock[] | undefined
+}
 
+/** The blocks outside routes' own: defaultLimit, globalLimits, policies, notFound. */
+function resolveBlocks (options: Input): Pick<ResolvedOptions, 'defaultLimit' | 'globalLimits' | 'policies' | 'notFound'> {
+  const defaultLimit = optionalBlocks(options, 'defaultLimit', '100')
+  const globalLimits = options.globalLimits ?? []
+  if (!Array.isArray(globalLimits) || globalLimits.length > MAX_GLOBAL_BLOCKS) {
+    const got = Array.isArray(globalLimits) ? `${globalLimits.length} blocks` : typeof globalLimits
+    throw new FST_RRL_INVALID_OPTION('globalLimits', `must be an array of 0 to ${MAX_GLOBAL_BLOCKS} rate limit blocks (got ${got})`)
+  }
+  const policies = options.policies ?? {}
+  if (policies === null || typeof policies !== 'object' || Array.isArray(policies)) {
+    throw new FST_RRL_INVALID_OPTION('policies', 'must be an object { name: block or array of blocks }')
+  }
+  for (const name of Object.keys(policies)) {
+    if (!isPolicyName(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use ${POLICY_NAME_RULE}`)
+  }
+  return {
+    defaultLimit,
+    globalLimits: globalLimits as RateLimitBlock[],
+    policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
+    notFound: optionalBlocks(options, 'notFound', '30')
+  }
+}
+
+/** `denyCache`: false (0 = off) or { max }; default 10,000 entries. */
+function resolveDenyCache (value: unknown): number {
+  if (value === undefined || value === null) return 10_000
+  if (value === false) return 0
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).some((key) => key !== 'max')) {
+    throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
+  }
+  const max = (value as { max?: unknown }).max
+  if (max === undefined) return 10_000
+  if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) {
+    throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
+  }
+  return max
+}
+
+/** `allowList`: addresses and CIDR ranges (compiled to a predicate on request.ip), or a function. */
+function resolveAllowList (value: unknown): SkipPredicate | undefined {
+  if (value === undefined) return undefined
+  if (typeof value === 'function') return value as SkipPredicate
+  if (!Array.isArray(value)) {
+    throw new FST_RRL_INVALID_OPTION('allowList', `must be an array of IP addresses and CIDR ranges, or a function (request) => boolean | Promise<boolean> (got ${shown(value)})`)
+  }
+  const compiled = compileAllowList(value)
+  if (typeof compiled === 'string') throw new FST_RRL_INVALID_OPTION('allowList', compiled)
+  return compiled
+}
+
+/** Who a request is, and what it may be checked against: identity functions, tiers, hashing, allow list. */
+function resolveIdentity (options: Input): Pick<ResolvedOptions, 'user' | 'apiKey' | 'ipv6Subnet' | 'hashSecret' | 'tier' | 'identityTimeout' | 'allowList'> {
   const ipv6Subnet = options.ipv6Subnet ?? 64
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
     throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${shown(ipv6Subnet)})`)
   }
-
-  const defaultLimit = options.defaultLimit
-  if (defaultLimit !== undefined && (defaultLimit === null || typeof defaultLimit !== 'object' || (Array.isArray(defaultLimit) && defaultLimit.length === 0))) {
-    throw new FST_RRL_INVALID_OPTION('defaultLimit', 'must be a rate limit block like { limit: 100, window: \'1m\' } (or an array of blocks)')
-  }
-
-  const globalLimits = options.globalLimits ?? []
-  if (!Array.isArray(globalLimits) || globalLimits.length > MAX_GLOBAL_BLOCKS) {
-    throw new FST_RRL_INVALID_OPTION('globalLimits', `must be an array of 0 to ${MAX_GLOBAL_BLOCKS} rate limit blocks (got ${Array.isArray(globalLimits) ? `${globalLimits.length} blocks` : typeof globalLimits})`)
-  }
-
-  const denyCache = options.denyCache ?? {}
-  let denyCacheMax = 10_000
-  if (denyCache === false) denyCacheMax = 0
-  else if (denyCache === null || typeof denyCache !== 'object' || Array.isArray(denyCache) || Object.keys(denyCache).some((key) => key !== 'max')) {
-    throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
-  } else if ((denyCache as { max?: unknown }).max !== undefined) {
-    const max = (denyCache as { max?: unknown }).max
-    if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
-    denyCacheMax = max
-  }
-
-  const mode = choice('mode', options.mode ?? 'enforce', MODES)
-
   const tier = options.tier
   if (tier !== undefined && typeof tier !== 'function') throw new FST_RRL_INVALID_OPTION('tier', 'must be a function (request) => string | undefined')
-
-  const policies = options.policies ?? {}
-  if (policies === null || typeof policies !== 'object' || Array.isArray(policies)) throw new FST_RRL_INVALID_OPTION('policies', 'must be an object { name: block or array of blocks }')
-  for (const name of Object.keys(policies)) {
-    if (!isPolicyName(name)) throw new FST_RRL_INVALID_OPTION('policies', `has a name ${JSON.stringify(name)}: use ${POLICY_NAME_RULE}`)
-  }
-
-  for (const flag of ['printPolicies', 'metrics', 'batchWrites', 'useErrorHandler'] as const) {
-    if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new FST_RRL_INVALID_OPTION(flag, `must be true or false (got ${typeof options[flag]})`)
-  }
-
-  const clock = options.clock
-  if (clock !== undefined && typeof clock !== 'function') throw new FST_RRL_INVALID_OPTION('clock', 'must be a function returning milliseconds since the epoch')
-
-  const hashSecret = resolveHashSecret(options.hashSecret)
-
-  const configKey = options.configKey ?? 'rateLimit'
-  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
-    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${JSON.stringify(configKey) ?? typeof configKey})`)
-  }
-
-  let allowList: SkipPredicate | undefined
-  if (typeof options.allowList === 'function') allowList = options.allowList as SkipPredicate
-  else if (Array.isArray(options.allowList)) {
-    const compiled = compileAllowList(options.allowList)
-    if (typeof compiled === 'string') throw new FST_RRL_INVALID_OPTION('allowList', compiled)
-    allowList = compiled
-  } else if (options.allowList !== undefined) {
-    throw new FST_RRL_INVALID_OPTION('allowList', `must be an array of IP addresses and CIDR ranges, or a function (request) => boolean | Promise<boolean> (got ${shown(options.allowList)})`)
-  }
-
-  const replyBuilder = options.replyBuilder
-  if (replyBuilder !== undefined && typeof replyBuilder !== 'function') throw new FST_RRL_INVALID_OPTION('replyBuilder', `must be a function (request, refusal) => { body, headers? } (got ${typeof replyBuilder})`)
-  if (replyBuilder !== undefined && options.useErrorHandler === true) throw new FST_RRL_INVALID_OPTION('replyBuilder', 'and useErrorHandler: true both shape refusals: choose one (with useErrorHandler, shape the reply in setErrorHandler)')
-
-  const notFound = options.notFound
-  if (notFound !== undefined && (notFound === null || typeof notFound !== 'object' || (Array.isArray(notFound) && notFound.length === 0))) {
-    throw new FST_RRL_INVALID_OPTION('notFound', 'must be a rate limit block like { limit: 30, window: \'1m\' } (or an array of blocks)')
-  }
-
   return {
-    allowList,
-    replyBuilder: replyBuilder as ReplyBuilder | undefined,
-    useErrorHandler: options.useErrorHandler === true,
-    notFound: notFound as RateLimitBlock | RateLimitBlock[] | undefined,
-    store,
-    redis: redis as ResolvedOptions['redis'],
-    prefix,
-    defaultLimit: defaultLimit as RateLimitBlock | RateLimitBlock[] | undefined,
-    onRedisError,
-    timeout,
-    headers,
     user: optionalFunction('user', options.user),
     apiKey: optionalFunction('apiKey', options.apiKey),
     ipv6Subnet,
-    clock: clock as (() => number) | undefined,
-    hashSecret,
-    globalLimits: globalLimits as RateLimitBlock[],
-    denyCacheMax,
-    mode,
+    hashSecret: resolveHashSecret(options.hashSecret),
     tier: tier as ResolvedOptions['tier'],
-    policies: policies as Record<string, RateLimitBlock | RateLimitBlock[]>,
+    identityTimeout: integerOption(options, 'identityTimeout', DEFAULT_IDENTITY_TIMEOUT_MS, 1, MAX_IDENTITY_TIMEOUT_MS),
+    allowList: resolveAllowList(options.allowList)
+  }
+}
+
+/** How refusals are sent: headers, replyBuilder or the error handler. */
+function resolveReplies (options: Input): Pick<ResolvedOptions, 'headers' | 'replyBuilder' | 'useErrorHandler'> {
+  const headers = choice('headers', options.headers ?? 'ietf', HEADER_MODES)
+  const replyBuilder = options.replyBuilder
+  if (replyBuilder !== undefined && typeof replyBuilder !== 'function') {
+    throw new FST_RRL_INVALID_OPTION('replyBuilder', `must be a function (request, refusal) => { body, headers? } (got ${typeof replyBuilder})`)
+  }
+  if (replyBuilder !== undefined && options.useErrorHandler === true) {
+    throw new FST_RRL_INVALID_OPTION('replyBuilder', 'and useErrorHandler: true both shape refusals: choose one (with useErrorHandler, shape the reply in setErrorHandler)')
+  }
+  return { headers, replyBuilder: replyBuilder as ReplyBuilder | undefined, useErrorHandler: options.useErrorHandler === true }
+}
+
+function resolveConfigKey (value: unknown): string {
+  const configKey = value ?? 'rateLimit'
+  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
+    const got = JSON.stringify(configKey) ?? typeof configKey
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${got})`)
+  }
+  return configKey
+}
+
+/** Validates the plugin options at register time; every mistake is a coded error naming the option. */
+export function resolveOptions (input: RateLimitPluginOptions | undefined): ResolvedOptions {
+  const options = (input ?? {}) as Input
+  for (const name of Object.keys(options)) {
+    if (!OPTION_NAMES.has(name)) throw new FST_RRL_INVALID_OPTION(name, `is not an option (known: ${[...OPTION_NAMES].join(', ')})`)
+  }
+  for (const flag of ['printPolicies', 'metrics', 'batchWrites', 'useErrorHandler'] as const) {
+    if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw new FST_RRL_INVALID_OPTION(flag, `must be true or false (got ${typeof options[flag]})`)
+  }
+  const clock = options.clock
+  if (clock !== undefined && typeof clock !== 'function') throw new FST_RRL_INVALID_OPTION('clock', 'must be a function returning milliseconds since the epoch')
+  return {
+    ...resolveStore(options),
+    ...resolveBlocks(options),
+    ...resolveIdentity(options),
+    ...resolveReplies(options),
+    onRedisError: choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES),
+    clock: clock as (() => number) | undefined,
+    denyCacheMax: resolveDenyCache(options.denyCache),
+    mode: choice('mode', options.mode ?? 'enforce', MODES),
     printPolicies: options.printPolicies === true,
     metrics: options.metrics !== false,
-    batchWrites: options.batchWrites !== false,
-    maxBatch: integerOption(options, 'maxBatch', 128, 1, MAX_BATCH),
-    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING),
     fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
-    maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS),
     circuitBreaker: resolveBreaker(options.circuitBreaker),
-    configKey,
-    hook: choice('hook', options.hook ?? 'onRequest', HOOKS),
-    identityTimeout: integerOption(options, 'identityTimeout', DEFAULT_IDENTITY_TIMEOUT_MS, 1, MAX_IDENTITY_TIMEOUT_MS)
+    configKey: resolveConfigKey(options.configKey),
+    hook: choice('hook', options.hook ?? 'onRequest', HOOKS)
   }
 }

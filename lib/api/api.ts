@@ -4,7 +4,7 @@ import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
-import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity, RateLimitOverride, RateLimitOverrideInput } from '../types.js'
+import type { PolicySummary, RateLimitApi, RateLimitIdentity, RateLimitOverride, RateLimitOverrideInput } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
 import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
@@ -15,24 +15,6 @@ import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
  * target's `by` parts would read from a request (see types.ts).
  */
-
-export function summarize (block: CompiledBlock, fromDefault: boolean): PolicyBlockSummary {
-  const { params } = block.base
-  return {
-    name: block.name,
-    algorithm: block.algorithm,
-    limit: params.limit,
-    windowMs: params.windowMs,
-    burst: params.burst,
-    by: [...block.by],
-    onRedisError: block.onRedisError,
-    fromDefault: fromDefault && !block.global,
-    mode: block.mode,
-    global: block.global,
-    tiers: block.tiers === undefined ? undefined : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
-    refunds: block.refundOn !== undefined
-  }
-}
 
 export class PolicyRegistry {
   readonly #targets = new Map<string, CompiledPolicy | 'ambiguous'>()

@@ -5,7 +5,7 @@ import { callPredicate, type SkipPredicate } from './allow-list.js'
 import { evaluate, recordSkip, type Evaluation, type Runtime } from '../decide/evaluate.js'
 import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
 import type { HeaderWriter } from '../reply/headers.js'
-import { isThenable, settleWithin, type Settled } from '../keys/identity.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/settle.js'
 import { assembleKeys } from '../keys/layout.js'
 import type { Overrides } from '../api/overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
@@ -83,7 +83,7 @@ function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime:
 }
 
 /** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
-function failure (settled: Settled): string {
+function failure (settled: Outcome): string {
   if (settled.ok) {
     const value = settled.value
     // null and undefined mean "none" and are not reported; numbers are shown (they are not secrets).
@@ -94,22 +94,22 @@ function failure (settled: Settled): string {
 }
 
 /** Calls `fn`; a promise it returns is awaited at most identityTimeout ms. Sync results stay sync. */
-function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: RouteRuntime): Settled | Promise<Settled> {
+function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: RouteRuntime): Outcome | Promise<Outcome> {
   let value: unknown
   try {
     value = fn(request)
   } catch (error) {
     return { ok: false, error }
   }
-  return isThenable(value) ? settleWithin(value, runtime.identityTimeout) : { ok: true, value }
+  return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
 }
 
-function reportValue (request: FastifyRequest, runtime: RouteRuntime, what: string, route: string, settled: Settled, instead: string): void {
+function reportValue (request: FastifyRequest, runtime: RouteRuntime, what: string, route: string, settled: Outcome, instead: string): void {
   runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(settled)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
 }
 
 /** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
-function tierOf (settled: Settled, request: FastifyRequest, runtime: RouteRuntime, route: string): string | undefined {
+function tierOf (settled: Outcome, request: FastifyRequest, runtime: RouteRuntime, route: string): string | undefined {
   if (settled.ok && typeof settled.value === 'string') return settled.value
   if (!settled.ok || (settled.value !== undefined && settled.value !== null)) reportValue(request, runtime, 'tier', route, settled, 'using the default tier')
   return undefined
@@ -126,7 +126,7 @@ function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: 
 }
 
 /** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
-function limitOf (settled: Settled, block: CompiledBlock, request: FastifyRequest, runtime: RouteRuntime, route: string): number | undefined {
+function limitOf (settled: Outcome, block: CompiledBlock, request: FastifyRequest, runtime: RouteRuntime, route: string): number | undefined {
   if (settled.ok && isCount(settled.value, block.maxLimit)) return settled.value
   // undefined / null: no limit of its own for this request (not an error).
   if (settled.ok && (settled.value === undefined || settled.value === null)) return undefined

@@ -1,12 +1,24 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT, FST_RRL_ROUTES_BEFORE_PLUGIN, FST_RRL_TRUST_PROXY_TRUE } from './errors.js'
+import {
+  FST_RRL_INVALID_OPTION,
+  FST_RRL_MISSING_LIMIT,
+  FST_RRL_ROUTES_BEFORE_PLUGIN,
+  FST_RRL_TRUST_PROXY_TRUE
+} from './errors.js'
 import { createApi, policyTable, PolicyRegistry } from './api/api.js'
 import { loadMetrics } from './diagnostics.js'
 import { fastifyTrustProxy } from './keys/ip.js'
 import { isPreflightCatchAll, partitionUnseen } from './policy/preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
-import { compileGlobals, compilePolicy, globalPolicy, type CompileContext, type CompiledBlock, type CompiledPolicy } from './policy/policy.js'
+import {
+  compileGlobals,
+  compilePolicy,
+  globalPolicy,
+  type CompileContext,
+  type CompiledBlock,
+  type CompiledPolicy
+} from './policy/policy.js'
 import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from './policy/summary.js'
 import { limitNotFound } from './request/not-found.js'
 import { createRefundHook, createRouteHook } from './request/route-hook.js'
@@ -56,9 +68,14 @@ interface PluginState {
  * Compiles what fails at register: the global blocks, defaultLimit (checked
  * once, so a bad one does not wait for the first route) and the named policies.
  */
-function compileStartup (options: ResolvedOptions, context: CompileContext): { globals: CompiledBlock[], registry: PolicyRegistry } {
+function compileStartup (
+  options: ResolvedOptions,
+  context: CompileContext
+): { globals: CompiledBlock[], registry: PolicyRegistry } {
   const globals = compileGlobals(options.globalLimits, context)
-  if (options.defaultLimit !== undefined) compilePolicy(options.defaultLimit, 'GET', '/', context, 'defaultLimit', globals)
+  if (options.defaultLimit !== undefined) {
+    compilePolicy(options.defaultLimit, 'GET', '/', context, 'defaultLimit', globals)
+  }
   const registry = new PolicyRegistry()
   for (const block of globals) registry.add(block.name, globalPolicy(block, context))
   // Named limits outside HTTP routes (fastify.rateLimit.consume): no global blocks.
@@ -101,7 +118,9 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
   const block = declared ?? options.defaultLimit
   if (block === undefined && state.globals.length === 0) {
     // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
-    if (route.method !== 'HEAD' || !state.undeclared.includes(`GET ${route.url}`)) state.undeclared.push(`${methodLabel} ${route.url}`)
+    if (route.method !== 'HEAD' || !state.undeclared.includes(`GET ${route.url}`)) {
+      state.undeclared.push(`${methodLabel} ${route.url}`)
+    }
     return
   }
   const source = declared === undefined ? 'defaultLimit' : 'declared'
@@ -116,13 +135,17 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
 async function checkAtReady (state: PluginState, instance: FastifyInstance): Promise<void> {
   const { fastify, options, runtime, listing } = state
   checkConfigKey(instance, options.configKey)
-  if (state.undeclared.length > 0) throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, state.undeclared.join(', '))
+  if (state.undeclared.length > 0) {
+    throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, state.undeclared.join(', '))
+  }
   const tree = fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] })
   const { preflight, others } = partitionUnseen(unseenRoutes(tree, state.seen, state.scope.name))
   if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
   if (preflight.length > 0) listUnlimited(listing, 'OPTIONS', '*')
   if (options.metrics) runtime.metrics = await loadMetrics()
-  if (options.printPolicies) fastify.log.info({ routes: listing.summaries.length }, `rate limits:\n${policyTable(copySummaries(listing.summaries))}`)
+  if (options.printPolicies) {
+    fastify.log.info({ routes: listing.summaries.length }, `rate limits:\n${policyTable(copySummaries(listing.summaries))}`)
+  }
   await runtime.store.warmUp(fastify.log)
   runtime.overrides.start()
 }
@@ -139,7 +162,9 @@ function install (state: PluginState): void {
   fastify.addHook('onTimeout', state.scope)
   markContexts(fastify, state.scope)
   fastify.addHook('onRoute', (route) => { limitRoute(state, route) })
-  if (options.notFound !== undefined) limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
+  if (options.notFound !== undefined) {
+    limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
+  }
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () { await checkAtReady(state, this) })
   fastify.addHook('onClose', async () => { closeRuntime(runtime) })
   const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime.overrides)

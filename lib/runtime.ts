@@ -76,7 +76,11 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
 }
 
 /** What compiling a block needs from the plugin options and the store. */
-export function compileContext (fastify: FastifyInstance, options: ResolvedOptions, runtime: PluginRuntime): CompileContext {
+export function compileContext (
+  fastify: FastifyInstance,
+  options: ResolvedOptions,
+  runtime: PluginRuntime
+): CompileContext {
   const identityErrors = new BurstLogger(runtime.clock)
   return {
     prefix: options.prefix,

@@ -148,7 +148,9 @@ export class Overrides {
     const next = new Map(this.#entries)
     next.delete(id)
     this.#entries = next
-    if (removed) this.#log.info({ override: { id }, change: 'clear', actor, reason, at: new Date(this.#clock()).toISOString() }, 'rate limit override cleared')
+    if (removed) {
+      this.#log.info({ override: { id }, change: 'clear', actor, reason, at: new Date(this.#clock()).toISOString() }, 'rate limit override cleared')
+    }
     return removed
   }
 

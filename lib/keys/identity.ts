@@ -90,7 +90,9 @@ export function clientIp (request: FastifyRequest, ipv6Subnet: number): string {
 function textValue (value: unknown): string | undefined {
   if (typeof value === 'string') return value.length > 0 ? value : undefined
   if (typeof value === 'number' && Number.isFinite(value)) return String(value)
-  if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) return value.join(',')
+  if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) {
+    return value.join(',')
+  }
   return undefined
 }
 
@@ -124,13 +126,17 @@ export function compilePart (spec: IdentityPartSpec, index: number, context: Ide
   }
   if (spec === 'api-key') {
     const apiKey = context.apiKey
-    if (apiKey === undefined) return "uses 'api-key', which needs the plugin option `apiKey: (request) => string | undefined`"
+    if (apiKey === undefined) {
+      return "uses 'api-key', which needs the plugin option `apiKey: (request) => string | undefined`"
+    }
     return { label: 'k', kind: 'api-key', read: apiKey }
   }
   const colon = spec.indexOf(':')
   const kind = colon === -1 ? spec : spec.slice(0, colon)
   const name = colon === -1 ? '' : spec.slice(colon + 1)
-  if (name === '' && (kind === 'header' || kind === 'param' || kind === 'body')) return `needs a name after '${kind}:' (got ${JSON.stringify(spec)})`
+  if (name === '' && (kind === 'header' || kind === 'param' || kind === 'body')) {
+    return `needs a name after '${kind}:' (got ${JSON.stringify(spec)})`
+  }
   switch (kind) {
     case 'header': {
       const header = name.toLowerCase()
@@ -152,7 +158,10 @@ function defaultParts (context: IdentityContext): CompiledPart[] {
 }
 
 /** The parts a `by` spec names (the default identity when it names none), or an error message. */
-function compileParts (by: IdentityPartSpec | IdentityPartSpec[] | undefined, context: IdentityContext): CompiledPart[] | string {
+function compileParts (
+  by: IdentityPartSpec | IdentityPartSpec[] | undefined,
+  context: IdentityContext
+): CompiledPart[] | string {
   if (by === undefined) return defaultParts(context)
   const specs = Array.isArray(by) ? by : [by]
   if (specs.length === 0) return 'must name at least one identity part'
@@ -213,7 +222,11 @@ function renderPart (part: CompiledPart, request: FastifyRequest, renderer: Rend
 }
 
 /** The parts of one identity, joined and bounded; a Promise only when some part is one. */
-function renderAll (parts: readonly CompiledPart[], request: FastifyRequest, renderer: Renderer): string | Promise<string> {
+function renderAll (
+  parts: readonly CompiledPart[],
+  request: FastifyRequest,
+  renderer: Renderer
+): string | Promise<string> {
   if (parts.length === 1) {
     const text = renderPart(parts[0] as CompiledPart, request, renderer)
     return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
@@ -239,7 +252,11 @@ function apiParts (parts: readonly CompiledPart[]): CompiledPart[] {
     : part.kind === 'api-key' ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].apiKey } : part)
 }
 
-export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | undefined, context: IdentityContext, route: string): CompiledIdentity | string {
+export function compileIdentity (
+  by: IdentityPartSpec | IdentityPartSpec[] | undefined,
+  context: IdentityContext,
+  route: string
+): CompiledIdentity | string {
   const parts = compileParts(by, context)
   if (typeof parts === 'string') return parts
   const renderer: Renderer = {

@@ -44,7 +44,9 @@ export function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   }
   const input = value as Record<string, unknown>
   for (const field of Object.keys(input)) {
-    if (!PENALTY_FIELDS.has(field)) fail(`penalty.${field}`, `is not a penalty field (known: ${[...PENALTY_FIELDS].join(', ')})`)
+    if (!PENALTY_FIELDS.has(field)) {
+      fail(`penalty.${field}`, `is not a penalty field (known: ${[...PENALTY_FIELDS].join(', ')})`)
+    }
   }
   if (!isCount(input.after, MAX_PENALTY_AFTER)) {
     fail('penalty.after', `must be an integer from 1 to ${MAX_PENALTY_AFTER} (got ${shown(input.after)})`)
@@ -78,8 +80,12 @@ function readTierMap (value: object, field: string, max: number, maxText: string
   }
   const out: Counts = []
   for (const [tier, count] of entries) {
-    if (!TIER_NAME.test(tier)) fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
-    if (!isCount(count, max)) fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)
+    if (!TIER_NAME.test(tier)) {
+      fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
+    }
+    if (!isCount(count, max)) {
+      fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)
+    }
     out.push([tier, count as number])
   }
   out.sort((a, b) => (a[0] === FALLBACK_TIER ? -1 : b[0] === FALLBACK_TIER ? 1 : 0))
@@ -88,7 +94,9 @@ function readTierMap (value: object, field: string, max: number, maxText: string
 
 /** A count, or a tier map of counts with the fallback tier. Returns the map's entries (fallback first). */
 export function readCounts (value: unknown, field: string, max: number, maxText: string, fail: Fail): Counts {
-  if (value !== null && typeof value === 'object' && !Array.isArray(value)) return readTierMap(value, field, max, maxText, fail)
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    return readTierMap(value, field, max, maxText, fail)
+  }
   if (!isCount(value, max)) {
     fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${shown(value)})`)
   }

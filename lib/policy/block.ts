@@ -6,7 +6,16 @@ import { compileIdentity, type CompiledIdentity, type IdentityContext } from '..
 import { keyMethod, keySuffix } from '../keys/layout.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode, SkipPredicate } from '../types.js'
-import { choiceProblem, FAILURE_POLICIES, HOOKS, isCount, isPolicyName, MODES, POLICY_NAME_RULE, shown } from './validate.js'
+import {
+  choiceProblem,
+  FAILURE_POLICIES,
+  HOOKS,
+  isCount,
+  isPolicyName,
+  MODES,
+  POLICY_NAME_RULE,
+  shown
+} from './validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
 import { runAtLimit, type RunSpec } from './run.js'
 import { burstOf, isTiered, limitOf, readShape, tierRuns, type Shape } from './shape.js'
@@ -82,6 +91,9 @@ export interface CompileContext extends IdentityContext {
   hook?: RateLimitHook
 }
 
+/** A block as declared: its fields by name. */
+type Fields = Record<string, unknown>
+
 /** Where a block sits, for its errors: the route (or globalLimits[i]) and the field prefix. */
 interface Site {
   route: string
@@ -101,18 +113,18 @@ function blockSite (method: string | string[], url: string, source: BlockSource,
   return { route, fieldPrefix, fail }
 }
 
-function readFields (block: unknown, position: BlockPosition, fail: Fail): Record<string, unknown> {
+function readFields (block: unknown, position: BlockPosition, fail: Fail): Fields {
   if (block === null || typeof block !== 'object' || Array.isArray(block)) {
     return fail(position.global ? 'block' : 'rateLimit', 'must be an object like { limit: 100, window: \'1m\' } or false')
   }
-  const input = block as Record<string, unknown>
+  const input = block as Fields
   for (const field of Object.keys(input)) {
     if (!BLOCK_FIELDS.has(field)) fail(field, `is not a rate limit field (known: ${[...BLOCK_FIELDS].join(', ')})`)
   }
   return input
 }
 
-function readCost (input: Record<string, unknown>, shape: Shape, fail: Fail): CompiledBlock['cost'] {
+function readCost (input: Fields, shape: Shape, fail: Fail): CompiledBlock['cost'] {
   if (input.cost === undefined) return 1
   if (typeof input.cost === 'function') return input.cost as (request: FastifyRequest) => number
   const capacity = Math.min(...shape.tierNames.map((tier) => burstOf(shape, tier, limitOf(shape, tier))))
@@ -121,11 +133,15 @@ function readCost (input: Record<string, unknown>, shape: Shape, fail: Fail): Co
   return fail('cost', `must be an integer from 1 to the capacity (${capacity}${smallest}) or a function (got ${shown(input.cost)})`)
 }
 
+type Choices = Pick<CompiledBlock, 'onRedisError' | 'mode'>
+type Predicates = Pick<CompiledBlock, 'refundOn' | 'skip'>
+type RequestSide = Pick<CompiledBlock, 'hook' | 'requestLimit'>
+
 /** A global block's choices are each route's: its blocks are decided together. */
 const BY_ROUTE = 'is decided by each route (a global block is decided together with the route\'s own blocks'
 
 /** The failure policy and the mode of a block. */
-function readChoices (input: Record<string, unknown>, context: CompileContext, position: BlockPosition, fail: Fail): Pick<CompiledBlock, 'onRedisError' | 'mode'> {
+function readChoices (input: Fields, context: CompileContext, position: BlockPosition, fail: Fail): Choices {
   const onRedisError = (input.onRedisError ?? context.onRedisError) as FailurePolicy
   const badFailurePolicy = choiceProblem(onRedisError, FAILURE_POLICIES)
   if (badFailurePolicy !== undefined) fail('onRedisError', badFailurePolicy)
@@ -137,19 +153,25 @@ function readChoices (input: Record<string, unknown>, context: CompileContext, p
 }
 
 /** The reply and request predicates: refundOn and skip. */
-function readPredicates (input: Record<string, unknown>, algorithm: AlgorithmName, position: BlockPosition, fail: Fail): Pick<CompiledBlock, 'refundOn' | 'skip'> {
+function readPredicates (input: Fields, algorithm: AlgorithmName, position: BlockPosition, fail: Fail): Predicates {
   const { refundOn, skip } = input
-  if (refundOn !== undefined && typeof refundOn !== 'function') fail('refundOn', `must be a function (reply) => boolean (got ${typeof refundOn})`)
+  if (refundOn !== undefined && typeof refundOn !== 'function') {
+    fail('refundOn', `must be a function (reply) => boolean (got ${typeof refundOn})`)
+  }
   if (refundOn !== undefined && algorithm === 'sliding-log') {
     fail('refundOn', 'is not supported by sliding-log (use fixed-window, sliding-window, token-bucket or gcra)')
   }
-  if (skip !== undefined && typeof skip !== 'function') fail('skip', `must be a function (request) => boolean | Promise<boolean> (got ${typeof skip})`)
-  if (skip !== undefined && position.global) fail('skip', 'is decided by each route (a global block applies to every route; use the allowList option)')
+  if (skip !== undefined && typeof skip !== 'function') {
+    fail('skip', `must be a function (request) => boolean | Promise<boolean> (got ${typeof skip})`)
+  }
+  if (skip !== undefined && position.global) {
+    fail('skip', 'is decided by each route (a global block applies to every route; use the allowList option)')
+  }
   return { refundOn: refundOn as RefundPredicate | undefined, skip: skip as SkipPredicate | undefined }
 }
 
 /** The block's stage and its requestLimit function. */
-function readRequestSide (input: Record<string, unknown>, position: BlockPosition, fail: Fail): Pick<CompiledBlock, 'hook' | 'requestLimit'> {
+function readRequestSide (input: Fields, position: BlockPosition, fail: Fail): RequestSide {
   const { hook, requestLimit } = input
   if (hook !== undefined) {
     const badHook = choiceProblem(hook, HOOKS)
@@ -162,7 +184,7 @@ function readRequestSide (input: Record<string, unknown>, position: BlockPositio
   return { hook: hook as RateLimitHook | undefined, requestLimit: requestLimit as CompiledBlock['requestLimit'] }
 }
 
-function readName (input: Record<string, unknown>, method: string | string[], url: string, position: BlockPosition, fail: Fail): string {
+function readName (input: Fields, method: string | string[], url: string, position: BlockPosition, fail: Fail): string {
   const derived = (): string => position.global
     ? `global-${position.index}`
     : defaultName(keyMethod(method), url, position.index > 0 ? `-${position.index}` : '')
@@ -171,7 +193,13 @@ function readName (input: Record<string, unknown>, method: string | string[], ur
   return name as string
 }
 
-function readIdentity (input: Record<string, unknown>, context: CompileContext, url: string, site: Site, position: BlockPosition): CompiledIdentity {
+function readIdentity (
+  input: Fields,
+  context: CompileContext,
+  url: string,
+  site: Site,
+  position: BlockPosition
+): CompiledIdentity {
   const { fail } = site
   const identity = compileIdentity(input.by as RateLimitBlock['by'], context, site.route)
   if (typeof identity === 'string') return fail('by', identity)
@@ -183,11 +211,13 @@ function readIdentity (input: Record<string, unknown>, context: CompileContext, 
       }
     }
   }
-  if (position.global && identity.needsBody) fail('by', 'uses a body field, but a global block applies to every route (most have no body)')
+  if (position.global && identity.needsBody) {
+    fail('by', 'uses a body field, but a global block applies to every route (most have no body)')
+  }
   return identity
 }
 
-function readLocalLimit (input: Record<string, unknown>, maxLimit: number, fail: Fail): number | undefined {
+function readLocalLimit (input: Fields, maxLimit: number, fail: Fail): number | undefined {
   if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) {
     fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${shown(input.localLimit)})`)
   }
@@ -199,7 +229,14 @@ function readLocalLimit (input: Record<string, unknown>, maxLimit: number, fail:
  * route's other blocks. Throws FST_RRL_INVALID_BLOCK naming the route and the
  * field: bad configuration fails startup, never a request.
  */
-export function compileBlock (block: unknown, method: string | string[], url: string, context: CompileContext, source: BlockSource, position: BlockPosition): CompiledBlock {
+export function compileBlock (
+  block: unknown,
+  method: string | string[],
+  url: string,
+  context: CompileContext,
+  source: BlockSource,
+  position: BlockPosition
+): CompiledBlock {
   const site = blockSite(method, url, source, position)
   const { fail } = site
   const input = readFields(block, position, fail)

@@ -70,8 +70,17 @@ export function compileGlobals (input: unknown, context: CompileContext): Compil
 }
 
 /** The route's own blocks: one, or an array of distinctly named blocks. */
-function ownBlocks (declared: unknown, method: string | string[], url: string, context: CompileContext, source: BlockSource, where: string): CompiledBlock[] {
-  if (!Array.isArray(declared)) return [compileBlock(declared, method, url, context, source, { index: 0, of: 1, global: false })]
+function ownBlocks (
+  declared: unknown,
+  method: string | string[],
+  url: string,
+  context: CompileContext,
+  source: BlockSource,
+  where: string
+): CompiledBlock[] {
+  if (!Array.isArray(declared)) {
+    return [compileBlock(declared, method, url, context, source, { index: 0, of: 1, global: false })]
+  }
   if (declared.length === 0 || declared.length > MAX_ROUTE_BLOCKS) {
     throw new FST_RRL_INVALID_BLOCK(where, 'rateLimit', `must be a block, an array of 1 to ${MAX_ROUTE_BLOCKS} blocks, or false (got ${declared.length} blocks)`)
   }
@@ -91,14 +100,23 @@ function ownBlocks (declared: unknown, method: string | string[], url: string, c
  * Compiles a route's `config.rateLimit` (a block or an array of blocks) together
  * with the global blocks into the route's policy.
  */
-export function compilePolicy (declared: unknown, method: string | string[], url: string, context: CompileContext, source: BlockSource, globals: readonly CompiledBlock[] = []): CompiledPolicy {
+export function compilePolicy (
+  declared: unknown,
+  method: string | string[],
+  url: string,
+  context: CompileContext,
+  source: BlockSource,
+  globals: readonly CompiledBlock[] = []
+): CompiledPolicy {
   const methodLabel = Array.isArray(method) ? method.join(',') : method
   const route = `${methodLabel} ${url}`
   const where = source === 'defaultLimit' ? `${route} (from defaultLimit)` : route
   // No block of its own and no defaultLimit: the global blocks alone limit the route.
   const own = declared === undefined && globals.length > 0 ? [] : ownBlocks(declared, method, url, context, source, where)
   for (const block of globals) {
-    if (own.some((mine) => mine.name === block.name)) throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
+    if (own.some((mine) => mine.name === block.name)) {
+      throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
+    }
   }
   return assemblePolicy({ route, where, at: { method, url }, own, globals, context, source })
 }
@@ -122,7 +140,11 @@ interface Assembly {
 }
 
 /** One identity per distinct `by` (resolved once per request), and block i's index among them. */
-function distinctIdentities (blocks: readonly CompiledBlock[], where: string, cluster: boolean): { identities: CompiledIdentity[], identityOf: number[] } {
+function distinctIdentities (
+  blocks: readonly CompiledBlock[],
+  where: string,
+  cluster: boolean
+): { identities: CompiledIdentity[], identityOf: number[] } {
   const identities: CompiledIdentity[] = []
   const specs: Array<RateLimitBlock['by']> = []
   const identityOf = blocks.map((block) => {
@@ -140,7 +162,10 @@ function distinctIdentities (blocks: readonly CompiledBlock[], where: string, cl
 }
 
 /** The run lists per tier (when some block has tiers), and the RateLimit-Policy value of each list. */
-function runLists (blocks: readonly CompiledBlock[], runs: readonly BlockRun[]): Pick<CompiledPolicy, 'tierRuns' | 'policyHeaders'> {
+function runLists (
+  blocks: readonly CompiledBlock[],
+  runs: readonly BlockRun[]
+): Pick<CompiledPolicy, 'tierRuns' | 'policyHeaders'> {
   const policyHeaders = new Map<readonly BlockRun[], string>([[runs, policyHeaderValue(runs)]])
   if (!blocks.some((block) => block.tiers !== undefined)) return { tierRuns: undefined, policyHeaders }
   const tierRuns = new Map<string, readonly BlockRun[]>()
@@ -208,12 +233,21 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
  * else the plugin's. A body part needs the parsed body: the plugin's default is
  * raised to preValidation; a block naming an earlier stage is a startup error.
  */
-function routeStage (where: string, own: readonly CompiledBlock[], pluginHook: RateLimitHook, needsBody: boolean): RateLimitHook {
+function routeStage (
+  where: string,
+  own: readonly CompiledBlock[],
+  pluginHook: RateLimitHook,
+  needsBody: boolean
+): RateLimitHook {
   const named = [...new Set(own.map((block) => block.hook).filter((hook) => hook !== undefined))]
-  if (named.length > 1) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  if (named.length > 1) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  }
   const stage = named[0] ?? pluginHook
   if (!needsBody || HOOKS.indexOf(stage) >= HOOKS.indexOf('preValidation')) return stage
-  if (named[0] !== undefined) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  if (named[0] !== undefined) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  }
   return 'preValidation'
 }
 

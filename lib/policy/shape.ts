@@ -19,7 +19,9 @@ export interface Shape {
 
 export function readShape (input: Record<string, unknown>, fail: Fail): Shape {
   const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
-  if (!ALGORITHMS.includes(algorithm)) fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
+  if (!ALGORITHMS.includes(algorithm)) {
+    fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
+  }
   const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
   const sliding = algorithm === 'sliding-log'
   const maxLimit = sliding ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT

@@ -38,7 +38,12 @@ export function ownBlockNames (policy: CompiledPolicy): string[] {
 }
 
 /** Adds a policy's row (`method` as listed) and registers it under each of `targets`. */
-export function listPolicy (listing: Listing, row: { method: string, url: string }, policy: CompiledPolicy, targets: readonly string[]): void {
+export function listPolicy (
+  listing: Listing,
+  row: { method: string, url: string },
+  policy: CompiledPolicy,
+  targets: readonly string[]
+): void {
   const limits = policy.blocks.map((block) => summarize(block, policy))
   listing.summaries.push({ method: row.method, url: row.url, limit: limits[0] ?? false, limits })
   for (const target of targets) listing.registry.add(target, policy)

@@ -95,6 +95,18 @@ test('two instances, Redis stopped, hung, then back: each admits its share local
   for (const member of members) t.ok(member.app.rateLimit.stats().degraded >= 40, 'degraded decisions are counted')
 })
 
+test('an override moves the local share too: limit 4 over a fleet of 2 admits 2 per instance while Redis is down', async (t) => {
+  const server = await startServer([], { label: 'local-override' })
+  t.teardown(async () => { await server.stop() })
+  const [member] = await fleet(t, server)
+  const { app, redis } = member as Instance
+  await app.rateLimit.setOverride({ target: 'GET /x', limit: 4, ttl: 'permanent', actor: 'ops', reason: 'incident' })
+  await server.stop()
+  await waitFor('client noticed', () => redis.status !== 'ready', 5000, 5)
+  const { admitted } = await flood([member as Instance], 'overridden')
+  t.same(admitted, [4 / FLEET], 'the share is the overridden limit / fleetSize, not the declared limit\'s (5)')
+})
+
 test('the circuit breaker: open after 5 failures in a row, one probe after the cooldown, closed again by a success', async (t) => {
   const server = await startServer([], { label: 'breaker' })
   t.teardown(async () => { server.resume(); await server.stop() })

@@ -4,7 +4,13 @@ import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
-import type { PolicyBlockSummary, PolicySummary, RateLimitApi, RateLimitIdentity, RateLimitOverride, RateLimitOverrideInput } from '../types.js'
+import type {
+  PolicySummary,
+  RateLimitApi,
+  RateLimitIdentity,
+  RateLimitOverride,
+  RateLimitOverrideInput
+} from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
 import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
@@ -16,24 +22,6 @@ import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
  * target's `by` parts would read from a request (see types.ts).
  */
 
-export function summarize (block: CompiledBlock, fromDefault: boolean): PolicyBlockSummary {
-  const { params } = block.base
-  return {
-    name: block.name,
-    algorithm: block.algorithm,
-    limit: params.limit,
-    windowMs: params.windowMs,
-    burst: params.burst,
-    by: [...block.by],
-    onRedisError: block.onRedisError,
-    fromDefault: fromDefault && !block.global,
-    mode: block.mode,
-    global: block.global,
-    tiers: block.tiers === undefined ? undefined : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
-    refunds: block.refundOn !== undefined
-  }
-}
-
 export class PolicyRegistry {
   readonly #targets = new Map<string, CompiledPolicy | 'ambiguous'>()
 
@@ -44,10 +32,14 @@ export class PolicyRegistry {
   }
 
   find (target: unknown, method: string): CompiledPolicy {
-    if (typeof target !== 'string') throw new FST_RRL_INVALID_API_CALL(method, `the target must be a string (got ${typeof target})`)
+    if (typeof target !== 'string') {
+      throw new FST_RRL_INVALID_API_CALL(method, `the target must be a string (got ${typeof target})`)
+    }
     const policy = this.#targets.get(target)
     if (policy === undefined) throw new FST_RRL_UNKNOWN_POLICY(JSON.stringify(target))
-    if (policy === 'ambiguous') throw new FST_RRL_INVALID_API_CALL(method, `${JSON.stringify(target)} names blocks of several routes: name the route instead ('GET /path')`)
+    if (policy === 'ambiguous') {
+      throw new FST_RRL_INVALID_API_CALL(method, `${JSON.stringify(target)} names blocks of several routes: name the route instead ('GET /path')`)
+    }
     return policy
   }
 }
@@ -58,17 +50,23 @@ function identityInput (identity: unknown, method: string): RateLimitIdentity {
   }
   const input = identity as Record<string, unknown>
   for (const field of ['ip', 'user', 'apiKey', 'tier'] as const) {
-    if (input[field] !== undefined && typeof input[field] !== 'string') throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be a string (got ${typeof input[field]})`)
+    if (input[field] !== undefined && typeof input[field] !== 'string') {
+      throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be a string (got ${typeof input[field]})`)
+    }
   }
   for (const field of ['headers', 'params', 'body'] as const) {
-    if (input[field] !== undefined && (input[field] === null || typeof input[field] !== 'object')) throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be an object`)
+    if (input[field] !== undefined && (input[field] === null || typeof input[field] !== 'object')) {
+      throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be an object`)
+    }
   }
   return input as RateLimitIdentity
 }
 
 function apiCost (cost: unknown, method: string): number {
   if (cost === undefined) return 1
-  if (!isCost(cost)) throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${shown(cost)})`)
+  if (!isCost(cost)) {
+    throw new FST_RRL_INVALID_API_CALL(method, `cost must be an integer from 1 to ${MAX_COST} (got ${shown(cost)})`)
+  }
   return cost
 }
 
@@ -78,7 +76,12 @@ async function apiKeys (policy: CompiledPolicy, identity: RateLimitIdentity): Pr
 }
 
 /** The decision input for an API call: the caller's keys under the target's runs for its tier (and overrides). */
-async function apiInput (policy: CompiledPolicy, identity: RateLimitIdentity, units: number, overrides: Overrides): Promise<DecisionInput> {
+async function apiInput (
+  policy: CompiledPolicy,
+  identity: RateLimitIdentity,
+  units: number,
+  overrides: Overrides
+): Promise<DecisionInput> {
   const keys = await apiKeys(policy, identity)
   const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
   return { policy, runs, keys, costs: runs.map(() => units) }
@@ -94,7 +97,9 @@ function overrideBlock (policy: CompiledPolicy, target: string): number {
 }
 
 function changeText (value: unknown, field: string, method: string): string {
-  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
+  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) {
+    throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
+  }
   return value
 }
 
@@ -108,16 +113,26 @@ function shownIdentity (identity: RateLimitIdentity): Record<string, string> {
   return shownFields
 }
 
-async function overrideRecord (registry: PolicyRegistry, input: RateLimitOverrideInput, now: number): Promise<RateLimitOverride> {
+async function overrideRecord (
+  registry: PolicyRegistry,
+  input: RateLimitOverrideInput,
+  now: number
+): Promise<RateLimitOverride> {
   const method = 'setOverride'
-  if (input === null || typeof input !== 'object') throw new FST_RRL_INVALID_API_CALL(method, 'takes { target, limit, ttl, actor, reason, identity? }')
+  if (input === null || typeof input !== 'object') {
+    throw new FST_RRL_INVALID_API_CALL(method, 'takes { target, limit, ttl, actor, reason, identity? }')
+  }
   const policy = registry.find(input.target, method)
   const index = overrideBlock(policy, input.target)
   const block = policy.blocks[index] as CompiledBlock
   const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
-  if (!isCount(input.limit, max)) throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
+  if (!isCount(input.limit, max)) {
+    throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
+  }
   const ttl = input.ttl
-  if (ttl !== 'permanent' && !(Number.isSafeInteger(ttl) && ttl > 0)) throw new FST_RRL_INVALID_API_CALL(method, `ttl must be a positive number of milliseconds or 'permanent' (got ${shown(ttl)})`)
+  if (ttl !== 'permanent' && !(Number.isSafeInteger(ttl) && ttl > 0)) {
+    throw new FST_RRL_INVALID_API_CALL(method, `ttl must be a positive number of milliseconds or 'permanent' (got ${shown(ttl)})`)
+  }
   const actor = changeText(input.actor, 'actor', method)
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
@@ -154,7 +169,13 @@ function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, ov
   return summaries
 }
 
-export function createApi (registry: PolicyRegistry, runtime: Runtime, log: FastifyBaseLogger, summaries: () => PolicySummary[], overrides: Overrides): RateLimitApi {
+export function createApi (
+  registry: PolicyRegistry,
+  runtime: Runtime,
+  log: FastifyBaseLogger,
+  summaries: () => PolicySummary[],
+  overrides: Overrides
+): RateLimitApi {
   return {
     policies: () => withOverrides(summaries(), registry, overrides),
     stats: () => ({ ...runtime.stats }),
@@ -185,7 +206,9 @@ export function createApi (registry: PolicyRegistry, runtime: Runtime, log: Fast
       return overrides.current()
     },
     async clearOverride (id, change) {
-      if (typeof id !== 'string') throw new FST_RRL_INVALID_API_CALL('clearOverride', `the id must be a string (got ${typeof id})`)
+      if (typeof id !== 'string') {
+        throw new FST_RRL_INVALID_API_CALL('clearOverride', `the id must be a string (got ${typeof id})`)
+      }
       const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
       return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
     }
@@ -197,7 +220,9 @@ export function policyTable (summaries: PolicySummary[]): string {
   const rows: string[][] = [['route', 'policy', 'algorithm', 'limit', 'window', 'burst', 'by', 'mode', 'on error']]
   for (const summary of summaries) {
     // Fastify's HEAD twin of a GET shares its limits and keys: one row is enough.
-    if (summary.method === 'HEAD' && summaries.some((other) => other.method === 'GET' && other.url === summary.url)) continue
+    if (summary.method === 'HEAD' && summaries.some((other) => other.method === 'GET' && other.url === summary.url)) {
+      continue
+    }
     const route = `${summary.method} ${summary.url}`
     if (summary.limits.length === 0) {
       rows.push([route, '(none: rateLimit false)', '', '', '', '', '', '', ''])

@@ -1,24 +1,18 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Cluster, Redis } from 'ioredis'
 import { blockId } from '../keys/layout.js'
-import type { CompiledPolicy } from '../policy/policy.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import { runAtLimit } from '../policy/run.js'
 import type { BlockRun } from '../store/port.js'
 import type { RateLimitOverride } from '../types.js'
 
 /*
  * Runtime overrides of a block's `limit`, fleet-wide. One Redis hash per
- * prefix (keys.ts overridesKey) holds one JSON record per override, under its
- * id: the caller's key for one caller, the block's id (its key with `*` for
- * the caller) for every caller. Every instance reads the whole hash every
- * OVERRIDE_POLL_MS (one HGETALL, an unref'd timer), so a change made on any
- * instance applies everywhere within that time; the instance that makes it
- * applies it at once. The hash lives in one slot, so this works on a Cluster.
- *
- * Per request, `apply` costs nothing while no override is in force (one size
- * check) and otherwise two Map lookups per block; an overridden run (limit,
- * burst, script arguments) is built once per override
- * and base run, then reused. Keys do not change (they carry the window, never
- * the limit), so a caller keeps its count under an override.
+ * prefix (keys/layout.ts overridesKey, one slot, so a Cluster works too) holds
+ * one JSON record per override, under its id: the caller's key for one caller,
+ * the block's id for every caller. Every instance reads the whole hash every
+ * OVERRIDE_POLL_MS; the instance that makes a change applies it at once.
+ * Keys carry the window, never the limit, so a caller keeps its count.
  */
 
 export const OVERRIDE_POLL_MS = 1000
@@ -32,19 +26,11 @@ interface Entry {
   record: RateLimitOverride
   /** The stored JSON, so an unchanged record keeps its built runs across polls. */
   json: string
-  /** Base run → the same run at the override's limit. */
-  runs: Map<BlockRun, BlockRun>
-}
-
-/** `run` at another limit: burst follows the limit where it equalled it (the default). */
-function overriddenRun (run: BlockRun, limit: number): BlockRun {
-  const { windowMs } = run.params
-  const burst = run.params.burst === run.params.limit ? limit : run.params.burst
-  return {
-    ...run,
-    params: { limit, windowMs, burst },
-    scriptArgs: [String(limit), String(windowMs), String(burst)]
-  }
+  /**
+   * Base run → the same run at the override's limit, built once. Weak: a base
+   * run may be a requestLimit result, built per request.
+   */
+  runs: WeakMap<BlockRun, BlockRun>
 }
 
 function parse (json: string): RateLimitOverride | undefined {
@@ -88,7 +74,7 @@ export class Overrides {
 
   /**
    * The runs a request decides with: `runs` itself while no override matches
-   * (so its cached header strings apply), else a copy with the
+   * (so the precompiled header strings apply), else a copy with the
    * overridden runs. A caller's own override wins over the block's.
    */
   apply (policy: CompiledPolicy, runs: readonly BlockRun[], keys: readonly string[]): readonly BlockRun[] {
@@ -104,7 +90,7 @@ export class Overrides {
       const base = runs[i] as BlockRun
       let run = entry.runs.get(base)
       if (run === undefined) {
-        run = overriddenRun(base, entry.record.limit)
+        run = runAtLimit((policy.blocks[i] as CompiledBlock).runSpec, base, entry.record.limit, 'equal-follows')
         entry.runs.set(base, run)
       }
       out ??= [...runs]
@@ -141,7 +127,7 @@ export class Overrides {
         continue
       }
       const known = this.#entries.get(id)
-      next.set(id, known?.json === json ? known : { record, json, runs: new Map() })
+      next.set(id, known?.json === json ? known : { record, json, runs: new WeakMap() })
     }
     this.#entries = next
   }
@@ -151,7 +137,7 @@ export class Overrides {
     const json = JSON.stringify(record)
     if (this.#client !== undefined) await this.#client.hset(this.#key, record.id, json)
     this.#changes++
-    this.#entries = new Map(this.#entries).set(record.id, { record, json, runs: new Map() })
+    this.#entries = new Map(this.#entries).set(record.id, { record, json, runs: new WeakMap() })
     this.#log.info({ override: record, change: 'set', actor: record.actor, reason: record.reason, at: new Date(record.setAt).toISOString() }, 'rate limit override set')
   }
 
@@ -162,7 +148,9 @@ export class Overrides {
     const next = new Map(this.#entries)
     next.delete(id)
     this.#entries = next
-    if (removed) this.#log.info({ override: { id }, change: 'clear', actor, reason, at: new Date(this.#clock()).toISOString() }, 'rate limit override cleared')
+    if (removed) {
+      this.#log.info({ override: { id }, change: 'clear', actor, reason, at: new Date(this.#clock()).toISOString() }, 'rate limit override cleared')
+    }
     return removed
   }
 

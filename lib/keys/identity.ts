@@ -1,7 +1,8 @@
 import type { FastifyRequest } from 'fastify'
 import type { IdentityFunction, IdentityPartSpec } from '../types.js'
 import { canonicalIp } from './ip.js'
-import { boundIdentity, identityHasher } from './layout.js'
+import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/settle.js'
 
 /*
  * An identity is a list of parts, each rendered as `<label>=<value>`, or as
@@ -32,24 +33,6 @@ export interface IdentityContext {
 
 /** The plugin option `identityTimeout`'s default, in milliseconds. */
 export const DEFAULT_IDENTITY_TIMEOUT_MS = 100
-
-/** How an awaited user function ended: its value, or why there is none (a rejection or an overrun). */
-export type Settled = { ok: true, value: unknown } | { ok: false, error: unknown }
-
-/**
- * Awaits a user function's promise for at most `ms`. Never rejects (a rejection
- * is a result), never leaves a timer behind, and never waits longer: a promise
- * that never settles ends as an overrun. Only the async path pays for it.
- */
-export function settleWithin (value: PromiseLike<unknown>, ms: number): Promise<Settled> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => { resolve({ ok: false, error: new Error(`did not settle within ${ms} ms (identityTimeout)`) }) }, ms)
-    Promise.resolve(value).then(
-      (result) => { clearTimeout(timer); resolve({ ok: true, value: result }) },
-      (error: unknown) => { clearTimeout(timer); resolve({ ok: false, error }) }
-    )
-  })
-}
 
 interface CompiledPart {
   label: string
@@ -107,16 +90,14 @@ export function clientIp (request: FastifyRequest, ipv6Subnet: number): string {
 function textValue (value: unknown): string | undefined {
   if (typeof value === 'string') return value.length > 0 ? value : undefined
   if (typeof value === 'number' && Number.isFinite(value)) return String(value)
-  if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) return value.join(',')
+  if (Array.isArray(value) && value.length > 0 && value.every((item) => typeof item === 'string')) {
+    return value.join(',')
+  }
   return undefined
 }
 
 /** Kinds whose values come from code the application wrote, whose mistakes are worth a log line. */
 const FUNCTION_KINDS = new Set<IdentityKind>(['user', 'api-key', 'custom'])
-
-export function isThenable (value: unknown): value is PromiseLike<unknown> {
-  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
-}
 
 /** The type of an unusable value, for the log: never the value itself, which may be a secret. */
 function describeValue (value: unknown): string {
@@ -145,13 +126,17 @@ export function compilePart (spec: IdentityPartSpec, index: number, context: Ide
   }
   if (spec === 'api-key') {
     const apiKey = context.apiKey
-    if (apiKey === undefined) return "uses 'api-key', which needs the plugin option `apiKey: (request) => string | undefined`"
+    if (apiKey === undefined) {
+      return "uses 'api-key', which needs the plugin option `apiKey: (request) => string | undefined`"
+    }
     return { label: 'k', kind: 'api-key', read: apiKey }
   }
   const colon = spec.indexOf(':')
   const kind = colon === -1 ? spec : spec.slice(0, colon)
   const name = colon === -1 ? '' : spec.slice(colon + 1)
-  if (name === '' && (kind === 'header' || kind === 'param' || kind === 'body')) return `needs a name after '${kind}:' (got ${JSON.stringify(spec)})`
+  if (name === '' && (kind === 'header' || kind === 'param' || kind === 'body')) {
+    return `needs a name after '${kind}:' (got ${JSON.stringify(spec)})`
+  }
   switch (kind) {
     case 'header': {
       const header = name.toLowerCase()
@@ -172,80 +157,119 @@ function defaultParts (context: IdentityContext): CompiledPart[] {
   return [{ label: 'u', kind: 'user', read: context.user }]
 }
 
-export function compileIdentity (by: IdentityPartSpec | IdentityPartSpec[] | undefined, context: IdentityContext, route: string): CompiledIdentity | string {
-  let parts: CompiledPart[]
-  if (by === undefined) {
-    parts = defaultParts(context)
-  } else {
-    const specs = Array.isArray(by) ? by : [by]
-    if (specs.length === 0) return 'must name at least one identity part'
-    parts = []
-    for (let index = 0; index < specs.length; index++) {
-      const part = compilePart(specs[index] as IdentityPartSpec, index, context)
-      if (typeof part === 'string') return part
-      parts.push(part)
-    }
+/** The parts a `by` spec names (the default identity when it names none), or an error message. */
+function compileParts (
+  by: IdentityPartSpec | IdentityPartSpec[] | undefined,
+  context: IdentityContext
+): CompiledPart[] | string {
+  if (by === undefined) return defaultParts(context)
+  const specs = Array.isArray(by) ? by : [by]
+  if (specs.length === 0) return 'must name at least one identity part'
+  const parts: CompiledPart[] = []
+  for (let index = 0; index < specs.length; index++) {
+    const part = compilePart(specs[index] as IdentityPartSpec, index, context)
+    if (typeof part === 'string') return part
+    parts.push(part)
   }
-  const { ipv6Subnet, onPartError } = context
-  const timeoutMs = context.identityTimeout ?? DEFAULT_IDENTITY_TIMEOUT_MS
-  const hash = identityHasher(context.hashSecret)
-  const fallback = (part: CompiledPart, request: FastifyRequest): string => part.label + '~' + clientIp(request, ipv6Subnet)
-  /** What a part's value renders as; an unusable one from application code is logged. */
-  const renderValue = (part: CompiledPart, request: FastifyRequest, raw: unknown): string => {
-    const value = textValue(raw)
-    if (value === undefined && raw !== undefined && raw !== null && raw !== '' && FUNCTION_KINDS.has(part.kind)) {
-      onPartError(part.kind, new TypeError(`returned ${describeValue(raw)}`), route)
-    }
-    // A missing part falls back to the client's own IP: never a shared bucket.
-    return value === undefined ? fallback(part, request) : part.label + '=' + hash(value)
+  return parts
+}
+
+/** What rendering one route's identity needs, fixed at compile time. */
+interface Renderer {
+  route: string
+  ipv6Subnet: number
+  timeoutMs: number
+  hash: ValueHasher
+  onPartError: IdentityContext['onPartError']
+}
+
+/** A missing part falls back to the client's own IP: never a shared bucket. */
+function fallback (part: CompiledPart, request: FastifyRequest, renderer: Renderer): string {
+  return part.label + '~' + clientIp(request, renderer.ipv6Subnet)
+}
+
+/** What a part's value renders as; an unusable one from application code is logged. */
+function renderValue (part: CompiledPart, request: FastifyRequest, raw: unknown, renderer: Renderer): string {
+  const value = textValue(raw)
+  if (value === undefined && raw !== undefined && raw !== null && raw !== '' && FUNCTION_KINDS.has(part.kind)) {
+    renderer.onPartError(part.kind, new TypeError(`returned ${describeValue(raw)}`), renderer.route)
   }
-  const renderSettled = (part: CompiledPart, request: FastifyRequest, settled: Settled): string => {
-    if (settled.ok) return renderValue(part, request, settled.value)
-    onPartError(part.kind, settled.error instanceof Error ? settled.error : new TypeError(`rejected with ${describeValue(settled.error)}`), route)
-    return fallback(part, request)
+  return value === undefined ? fallback(part, request, renderer) : part.label + '=' + renderer.hash(value)
+}
+
+function renderOutcome (part: CompiledPart, request: FastifyRequest, outcome: Outcome, renderer: Renderer): string {
+  if (outcome.ok) return renderValue(part, request, outcome.value, renderer)
+  const error = outcome.error instanceof Error ? outcome.error : new TypeError(`rejected with ${describeValue(outcome.error)}`)
+  renderer.onPartError(part.kind, error, renderer.route)
+  return fallback(part, request, renderer)
+}
+
+function renderPart (part: CompiledPart, request: FastifyRequest, renderer: Renderer): string | Promise<string> {
+  if (part.kind === 'ip') return 'ip=' + clientIp(request, renderer.ipv6Subnet)
+  let raw: unknown
+  try {
+    raw = part.read(request)
+  } catch (error) {
+    // Whatever was thrown (even an object that cannot be turned into a string) is logged safely.
+    renderer.onPartError(part.kind, error instanceof Error ? error : new TypeError(`threw ${describeValue(error)}`), renderer.route)
+    return fallback(part, request, renderer)
   }
-  const renderPart = (part: CompiledPart, request: FastifyRequest): string | Promise<string> => {
-    if (part.kind === 'ip') return 'ip=' + clientIp(request, ipv6Subnet)
-    let raw: unknown
-    try {
-      raw = part.read(request)
-    } catch (error) {
-      // Whatever was thrown (even an object that cannot be turned into a string) is logged safely.
-      onPartError(part.kind, error instanceof Error ? error : new TypeError(`threw ${describeValue(error)}`), route)
-      return fallback(part, request)
-    }
-    // An async function is awaited, bounded by identityTimeout; only this path creates a promise.
-    if (isThenable(raw)) return settleWithin(raw, timeoutMs).then((settled) => renderSettled(part, request, settled))
-    return renderValue(part, request, raw)
+  // An async function is awaited, bounded by identityTimeout; only this path creates a promise.
+  if (isThenable(raw)) {
+    return awaitWithin(raw, renderer.timeoutMs, 'identityTimeout').then((outcome) => renderOutcome(part, request, outcome, renderer))
   }
-  /** The parts of one identity, joined; a Promise only when some part is one. */
-  const renderAll = (list: readonly CompiledPart[], request: FastifyRequest): string | Promise<string> => {
-    const rendered = new Array<string | Promise<string>>(list.length)
-    let pending = false
-    for (let index = 0; index < list.length; index++) {
-      const text = renderPart(list[index] as CompiledPart, request)
-      if (typeof text !== 'string') pending = true
-      rendered[index] = text
-    }
-    if (pending) return Promise.all(rendered).then((texts) => boundIdentity(texts.join(',')))
-    return boundIdentity((rendered as string[]).join(','))
+  return renderValue(part, request, raw, renderer)
+}
+
+/** The parts of one identity, joined and bounded; a Promise only when some part is one. */
+function renderAll (
+  parts: readonly CompiledPart[],
+  request: FastifyRequest,
+  renderer: Renderer
+): string | Promise<string> {
+  if (parts.length === 1) {
+    const text = renderPart(parts[0] as CompiledPart, request, renderer)
+    return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
   }
-  const single = parts.length === 1 ? parts[0] as CompiledPart : undefined
-  const resolve = single !== undefined
-    ? (request: FastifyRequest) => {
-        const text = renderPart(single, request)
-        return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
-      }
-    : (request: FastifyRequest) => renderAll(parts, request)
-  // The programmatic API (fastify.rateLimit.peek/consume/reset): the same rendering from
-  // caller-given values; `user` and `apiKey` are taken as given instead of calling the plugin option.
-  const apiParts = parts.map((part): CompiledPart => part.kind === 'user'
+  const rendered = new Array<string | Promise<string>>(parts.length)
+  let pending = false
+  for (let index = 0; index < parts.length; index++) {
+    const text = renderPart(parts[index] as CompiledPart, request, renderer)
+    if (typeof text !== 'string') pending = true
+    rendered[index] = text
+  }
+  if (pending) return Promise.all(rendered).then((texts) => boundIdentity(texts.join(',')))
+  return boundIdentity((rendered as string[]).join(','))
+}
+
+/**
+ * The parts the programmatic API renders (fastify.rateLimit.peek/consume/reset):
+ * `user` and `apiKey` are taken as the caller gives them instead of calling the plugin option.
+ */
+function apiParts (parts: readonly CompiledPart[]): CompiledPart[] {
+  return parts.map((part): CompiledPart => part.kind === 'user'
     ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].user }
     : part.kind === 'api-key' ? { ...part, read: (request) => (request as unknown as ApiRequest)[API_INPUT].apiKey } : part)
-  const resolveInput = (input: IdentityInput): string | Promise<string> => renderAll(apiParts, apiRequest(input))
+}
+
+export function compileIdentity (
+  by: IdentityPartSpec | IdentityPartSpec[] | undefined,
+  context: IdentityContext,
+  route: string
+): CompiledIdentity | string {
+  const parts = compileParts(by, context)
+  if (typeof parts === 'string') return parts
+  const renderer: Renderer = {
+    route,
+    ipv6Subnet: context.ipv6Subnet,
+    timeoutMs: context.identityTimeout ?? DEFAULT_IDENTITY_TIMEOUT_MS,
+    hash: identityHasher(context.hashSecret),
+    onPartError: context.onPartError
+  }
+  const forApi = apiParts(parts)
   return {
-    resolve,
-    resolveInput,
+    resolve: (request) => renderAll(parts, request, renderer),
+    resolveInput: (input) => renderAll(forApi, apiRequest(input), renderer),
     kinds: parts.map((part) => part.kind),
     needsBody: parts.some((part) => part.kind === 'body'),
     usesParams: parts.some((part) => part.kind === 'param')

@@ -9,20 +9,14 @@ import type { AlgorithmName } from '../store/algorithms.js'
  *   - with globalLimits, route block:  <prefix>:{<identity>}:<METHOD>:<route>:<suffix>
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
- * <suffix> is the algorithm's two letters and the window in ms (`sw60000`);
- * a second block with the same algorithm and window on one route (or among
- * the globals) gets `.<index>` appended. Limits and tiers are not part of a
- * key, so changing a limit, or a caller changing tier, keeps the count.
- * Blocks of one request that use different identities (`by`) cannot share a
- * tag: each keeps its own (route blocks the first form, globals the third),
- * which a single Redis or Sentinel accepts and a Redis Cluster refuses (so
- * that combination is a startup error with a Cluster client).
+ * <suffix> is the algorithm's two letters and the window in ms (`sw60000`),
+ * plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
+ * a key, so a new limit or tier keeps the count. Blocks with different `by`
+ * cannot share a tag (a startup error with a Cluster client only).
  *
  * Key names are shared by old and new instances during a rolling deploy:
  * nothing here may change a key for the same configuration.
  *
- * - The route and identity sit inside one hash tag, so every key of one
- *   decision lands in one Redis Cluster slot, while different callers spread.
  * - Nothing a client sends reaches a key verbatim: identity values are either
  *   canonical IPs (hex digits, dots, colons, a slash) or base64url hashes, so no
  *   `{`, `}` or separator from a client can move the hash tag or fake another key.
@@ -133,7 +127,12 @@ export interface KeyLayout {
  * The layout of one policy's keys, computed once at startup. `route` is
  * undefined for a policy of global blocks alone (they have no route).
  */
-export function keyLayout (prefix: string, route: { method: string | string[], url: string } | undefined, blocks: ReadonlyArray<{ global: boolean, suffix: string }>, identityOf: readonly number[]): KeyLayout {
+export function keyLayout (
+  prefix: string,
+  route: { method: string | string[], url: string } | undefined,
+  blocks: ReadonlyArray<{ global: boolean, suffix: string }>,
+  identityOf: readonly number[]
+): KeyLayout {
   const segment = route === undefined ? '' : routeSegment(keyMethod(route.method), route.url)
   const identityCount = Math.max(...identityOf) + 1
   // With a global block and one identity, the identity alone is the tag, so route and global keys share a slot.

@@ -16,12 +16,16 @@ const EXAMPLES = "'500ms', '1s', '1m', '15 minutes', '1 hour', '1d'"
  */
 export function parseWindow (value: unknown): number | string {
   if (typeof value === 'number') return checkRange(value, `${value}`)
-  if (typeof value !== 'string') return `must be milliseconds or a duration string like ${EXAMPLES} (got ${value === null ? 'null' : typeof value})`
+  if (typeof value !== 'string') {
+    return `must be milliseconds or a duration string like ${EXAMPLES} (got ${value === null ? 'null' : typeof value})`
+  }
   const quoted = JSON.stringify(value)
   const text = value.trim()
   const ms = text.length > 0 && text.length <= MAX_DURATION_LENGTH ? parse(text) : undefined
   // @lukeed/ms gives undefined for what it cannot read, and for a zero amount ('0s').
-  if (ms === undefined || Number.isNaN(ms)) return `must be milliseconds or a duration string like ${EXAMPLES} (got ${quoted})`
+  if (ms === undefined || Number.isNaN(ms)) {
+    return `must be milliseconds or a duration string like ${EXAMPLES} (got ${quoted})`
+  }
   return checkRange(ms, `${quoted} = ${ms}`)
 }
 

@@ -1,22 +1,20 @@
-import { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock } from './block.js'
+import { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock } from './block.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import type { CompiledIdentity } from '../keys/identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
 import { HOOKS } from './validate.js'
+import { warnCaseTwins } from './name-case.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from '../types.js'
-import { warnCaseTwins } from './name-case.js'
 
-export { compileBlock, FALLBACK_TIER, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
+export { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
 export type { BlockRun } from '../store/port.js'
 
 /*
- * Composition: a route's policy is an ordered list of blocks, its own
- * (`config.rateLimit`, one block or an array; block.ts compiles each) followed
- * by the plugin's `globalLimits`. All blocks of one request are decided in one
- * store call, all-or-nothing. Compilation happens once per route, at onRoute:
- * the per-request path only reads the fields below (no parsing, no string
- * building besides the key). The key layout is keys.ts's.
+ * A route's policy: its own blocks (`config.rateLimit`, one or an array)
+ * followed by the plugin's `globalLimits`, decided in one store call,
+ * all-or-nothing. Compiled once per route: the request path only reads the
+ * fields below (no parsing, no string building besides the key).
  */
 
 /** Everything one route's requests need. */
@@ -64,56 +62,87 @@ function sameBy (a: RateLimitBlock['by'], b: RateLimitBlock['by']): boolean {
 /** Compiles `globalLimits` once; their blocks are shared by every route. */
 export function compileGlobals (input: unknown, context: CompileContext): CompiledBlock[] {
   const list = input as unknown[]
-  const blocks = list.map((block, index) => compileBlock(block, '*', '*', context, false, { index, of: list.length, global: true }))
+  const blocks = list.map((block, index) => compileBlock(block, '*', '*', context, 'declared', { index, of: list.length, global: true }))
   distinctSuffixes(blocks)
   return blocks
+}
+
+/** The route's own blocks: one, or an array of distinctly named blocks. */
+function ownBlocks (
+  declared: unknown,
+  method: string | string[],
+  url: string,
+  context: CompileContext,
+  source: BlockSource,
+  where: string
+): CompiledBlock[] {
+  if (!Array.isArray(declared)) {
+    return [compileBlock(declared, method, url, context, source, { index: 0, of: 1, global: false })]
+  }
+  if (declared.length === 0 || declared.length > MAX_ROUTE_BLOCKS) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'rateLimit', `must be a block, an array of 1 to ${MAX_ROUTE_BLOCKS} blocks, or false (got ${declared.length} blocks)`)
+  }
+  const own = declared.map((block, index) => compileBlock(block, method, url, context, source, { index, of: declared.length, global: false }))
+  const names = new Set<string>()
+  for (const block of own) {
+    if (names.has(block.name)) {
+      throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is used by two blocks of the route (names tell policies apart in headers)`)
+    }
+    names.add(block.name)
+  }
+  distinctSuffixes(own)
+  return own
 }
 
 /**
  * Compiles a route's `config.rateLimit` (a block or an array of blocks) together
  * with the global blocks into the route's policy.
  */
-export function compilePolicy (declared: unknown, method: string | string[], url: string, context: CompileContext, fromDefault: boolean, globals: readonly CompiledBlock[] = []): CompiledPolicy {
+export function compilePolicy (
+  declared: unknown,
+  method: string | string[],
+  url: string,
+  context: CompileContext,
+  source: BlockSource,
+  globals: readonly CompiledBlock[] = []
+): CompiledPolicy {
   const methodLabel = Array.isArray(method) ? method.join(',') : method
   const route = `${methodLabel} ${url}`
-  const where = fromDefault ? `${route} (from defaultLimit)` : route
-  let own: CompiledBlock[]
-  if (declared === undefined && globals.length > 0) {
-    // No block of its own and no defaultLimit: the global blocks alone limit the route.
-    own = []
-  } else if (Array.isArray(declared)) {
-    if (declared.length === 0 || declared.length > MAX_ROUTE_BLOCKS) throw new FST_RRL_INVALID_BLOCK(where, 'rateLimit', `must be a block, an array of 1 to ${MAX_ROUTE_BLOCKS} blocks, or false (got ${declared.length} blocks)`)
-    own = declared.map((block, index) => compileBlock(block, method, url, context, fromDefault, { index, of: declared.length, global: false }))
-    const names = new Set<string>()
-    for (const block of own) {
-      if (names.has(block.name)) throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is used by two blocks of the route (names tell policies apart in headers)`)
-      names.add(block.name)
-    }
-    distinctSuffixes(own)
-  } else {
-    own = [compileBlock(declared, method, url, context, fromDefault, { index: 0, of: 1, global: false })]
-  }
+  const where = source === 'defaultLimit' ? `${route} (from defaultLimit)` : route
+  // No block of its own and no defaultLimit: the global blocks alone limit the route.
+  const own = declared === undefined && globals.length > 0 ? [] : ownBlocks(declared, method, url, context, source, where)
   for (const block of globals) {
-    if (own.some((mine) => mine.name === block.name)) throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
+    if (own.some((mine) => mine.name === block.name)) {
+      throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
+    }
   }
-  return assemblePolicy(route, where, { method, url }, own, globals, context, fromDefault)
+  return assemblePolicy({ route, where, at: { method, url }, own, globals, context, source })
 }
 
 /** A policy of one global block alone, for the programmatic API (`peek('global-0', ...)`). */
 export function globalPolicy (block: CompiledBlock, context: CompileContext): CompiledPolicy {
-  return assemblePolicy(block.origin, block.origin, undefined, [], [block], context, false)
+  return assemblePolicy({ route: block.origin, where: block.origin, at: undefined, own: [], globals: [block], context, source: 'declared' })
 }
 
-/**
- * The one assembler of a CompiledPolicy, for routes, named policies and a
- * global block alone: identities, key layout, tier run lists, header values
- * and the route-wide flags.
- */
-function assemblePolicy (route: string, where: string, at: { method: string | string[], url: string } | undefined, own: readonly CompiledBlock[], globals: readonly CompiledBlock[], context: CompileContext, fromDefault: boolean): CompiledPolicy {
-  const blocks = [...own, ...globals]
-  warnCaseTwins(route, blocks)
+/** What assemblePolicy composes: the compiled blocks and where they were declared. */
+interface Assembly {
+  /** `GET /x`, for logs; `where` adds `(from defaultLimit)` for errors. */
+  route: string
+  where: string
+  /** The route the keys carry; undefined for a global block alone. */
+  at: { method: string | string[], url: string } | undefined
+  own: readonly CompiledBlock[]
+  globals: readonly CompiledBlock[]
+  context: CompileContext
+  source: BlockSource
+}
 
-  // Identities: one per distinct `by`, resolved once per request.
+/** One identity per distinct `by` (resolved once per request), and block i's index among them. */
+function distinctIdentities (
+  blocks: readonly CompiledBlock[],
+  where: string,
+  cluster: boolean
+): { identities: CompiledIdentity[], identityOf: number[] } {
   const identities: CompiledIdentity[] = []
   const specs: Array<RateLimitBlock['by']> = []
   const identityOf = blocks.map((block) => {
@@ -123,43 +152,68 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
     identities.push(block.identity)
     return identities.length - 1
   })
-  if (identities.length > 1 && context.cluster) {
-    throw new FST_RRL_INVALID_BLOCK(where, 'by', `differs between the blocks of one request (${blocks.map((block) => `${block.origin}: ${block.by.join('+')}`).join('; ')}); with a Redis Cluster all keys of one request must share one hash tag, so every block of a route and every globalLimits block must use the same \`by\``)
+  if (identities.length > 1 && cluster) {
+    const list = blocks.map((block) => `${block.origin}: ${block.by.join('+')}`).join('; ')
+    throw new FST_RRL_INVALID_BLOCK(where, 'by', `differs between the blocks of one request (${list}); with a Redis Cluster all keys of one request must share one hash tag, so every block of a route and every globalLimits block must use the same \`by\``)
   }
+  return { identities, identityOf }
+}
 
-  const runs = blocks.map((block) => block.base)
-  let tierRuns: Map<string, readonly BlockRun[]> | undefined
-  if (blocks.some((block) => block.tiers !== undefined)) {
-    tierRuns = new Map()
-    const names = new Set<string>()
-    for (const block of blocks) for (const tier of block.tiers?.keys() ?? []) names.add(tier)
-    for (const tier of names) {
-      const list = blocks.map((block) => block.tiers?.get(tier) ?? block.tiers?.get(FALLBACK_TIER) ?? block.base)
-      tierRuns.set(tier, list)
+/** The run lists per tier, when some block has tiers. */
+function runLists (
+  blocks: readonly CompiledBlock[],
+  runs: readonly BlockRun[]
+): Pick<CompiledPolicy, 'tierRuns'> {
+  if (!blocks.some((block) => block.tiers !== undefined)) return { tierRuns: undefined }
+  const tierRuns = new Map<string, readonly BlockRun[]>()
+  const names = new Set<string>()
+  for (const block of blocks) for (const tier of block.tiers?.keys() ?? []) names.add(tier)
+  for (const tier of names) {
+    const list = blocks.map((block) => block.tiers?.get(tier) ?? block.tiers?.get(FALLBACK_TIER) ?? block.base)
+    tierRuns.set(tier, list)
+  }
+  return { tierRuns }
+}
+
+/** Fail-closed wins: one block asking for it closes the route when the store fails; then 'local'. */
+function routeFailurePolicy ({ own, globals, context, where }: Assembly): FailurePolicy {
+  if (own.length === 0) return context.onRedisError
+  const policy = own.some((block) => block.onRedisError === 'closed') ? 'closed' : own.some((block) => block.onRedisError === 'local') ? 'local' : 'open'
+  if (policy === 'local') {
+    // Every block of the route (its globals too) is decided by the local limiter then: each needs its share.
+    const without = [...own, ...globals].filter((block) => block.base.local === undefined)
+    if (without.length > 0) {
+      const names = without.map((block) => block.origin).join(', ')
+      throw new FST_RRL_INVALID_BLOCK(where, 'onRedisError', `is 'local', but ${names} has no local share: set localLimit on the block or the plugin option fleetSize`)
     }
   }
+  return policy
+}
 
+/**
+ * The one assembler of a CompiledPolicy, for routes, named policies and a
+ * global block alone: identities, key layout, tier run lists, header values
+ * and the route-wide flags.
+ */
+function assemblePolicy (assembly: Assembly): CompiledPolicy {
+  const { own, globals, context, where } = assembly
+  const blocks = [...own, ...globals]
+  warnCaseTwins(assembly.route, blocks)
+  const { identities, identityOf } = distinctIdentities(blocks, where, context.cluster)
+  const runs = blocks.map((block) => block.base)
   const first = (own[0] ?? globals[0]) as CompiledBlock
-  // Fail-closed wins: one block asking for it closes the route when the store fails; then 'local'.
-  const onRedisError: FailurePolicy = own.length === 0
-    ? context.onRedisError
-    : own.some((block) => block.onRedisError === 'closed') ? 'closed' : own.some((block) => block.onRedisError === 'local') ? 'local' : 'open'
-  if (onRedisError === 'local') {
-    // Every block of the route (its globals too) is decided by the local limiter then: each needs its share.
-    const without = blocks.filter((block) => block.base.local === undefined)
-    if (without.length > 0) throw new FST_RRL_INVALID_BLOCK(where, 'onRedisError', `is 'local', but ${without.map((block) => block.origin).join(', ')} has no local share: set localLimit on the block or the plugin option fleetSize`)
-  }
+  const onRedisError = routeFailurePolicy(assembly)
   const needsBody = identities.some((identity) => identity.needsBody)
   return {
-    route,
+    route: assembly.route,
     name: first.name,
     blocks,
     runs,
-    tierRuns,
+    ...runLists(blocks, runs),
     identities,
-    ...keyLayout(context.prefix, at, blocks, identityOf),
+    ...keyLayout(context.prefix, assembly.at, blocks, identityOf),
     onRedisError,
-    fromDefault,
+    fromDefault: assembly.source === 'defaultLimit',
     echoPath: !identities.some((identity) => identity.usesParams),
     needsBody,
     stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
@@ -176,12 +230,21 @@ function assemblePolicy (route: string, where: string, at: { method: string | st
  * else the plugin's. A body part needs the parsed body: the plugin's default is
  * raised to preValidation; a block naming an earlier stage is a startup error.
  */
-function routeStage (where: string, own: readonly CompiledBlock[], pluginHook: RateLimitHook, needsBody: boolean): RateLimitHook {
+function routeStage (
+  where: string,
+  own: readonly CompiledBlock[],
+  pluginHook: RateLimitHook,
+  needsBody: boolean
+): RateLimitHook {
   const named = [...new Set(own.map((block) => block.hook).filter((hook) => hook !== undefined))]
-  if (named.length > 1) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  if (named.length > 1) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'hook', `differs between the blocks of one route (${named.join(', ')}); they are decided together, at one stage`)
+  }
   const stage = named[0] ?? pluginHook
   if (!needsBody || HOOKS.indexOf(stage) >= HOOKS.indexOf('preValidation')) return stage
-  if (named[0] !== undefined) throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  if (named[0] !== undefined) {
+    throw new FST_RRL_INVALID_BLOCK(where, 'hook', `is '${stage}', but the identity reads the body (body:<field>), which is parsed only by 'preValidation': use 'preValidation' or 'preHandler'`)
+  }
   return 'preValidation'
 }
 

@@ -66,7 +66,9 @@ export function parseRouteTree (printed: string): RouteEntry[] {
   let lineStart = 0
   for (const line of printed.split('\n')) {
     const meta = TIMEOUT_META.exec(line)
-    if (meta !== null) for (let i = lineStart; i < entries.length; i++) (entries[i] as RouteEntry).onTimeout = meta[1] as string
+    if (meta !== null) {
+      for (let i = lineStart; i < entries.length; i++) (entries[i] as RouteEntry).onTimeout = meta[1] as string
+    }
     const match = TREE_LINE.exec(line)
     if (match === null) continue
     lineStart = entries.length

@@ -55,7 +55,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   api: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'reply', 'diagnostics'],
   options: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'request'],
   types: [],
-  index: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options', 'types']
+  runtime: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options'],
+  index: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options', 'runtime', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
 const TYPES_ALSO: Record<string, readonly string[]> = {

@@ -1,0 +1,118 @@
+import { compileAllowList, type SkipPredicate } from '../request/allow-list.js'
+import type { BreakerOptions } from '../decide/circuit-breaker.js'
+import { parseWindow } from '../policy/duration.js'
+import { FST_RRL_INVALID_OPTION } from '../errors.js'
+import type { IdentityFunction } from '../keys/identity.js'
+import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
+import { choiceProblem, shown } from '../policy/validate.js'
+
+/* Validators of single plugin options: each throws FST_RRL_INVALID_OPTION naming the option. */
+
+const MAX_DENY_CACHE = 1_000_000
+export const MAX_GLOBAL_BLOCKS = 16
+
+// No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
+export const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
+export const MAX_TIMEOUT_MS = 60_000
+export const MAX_BATCH = 1024
+export const MAX_PENDING = 1_000_000
+export const MAX_FLEET = 100_000
+export const MAX_KEYS = 10_000_000
+const MAX_BREAKER_FAILURES = 10_000
+
+/** `circuitBreaker`: false, or { failures?, cooldown? } with defaults 5 and 250 ms. */
+export function resolveBreaker (value: unknown): BreakerOptions | undefined {
+  if (value === false) return undefined
+  const input = (value ?? {}) as Record<string, unknown>
+  if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => key !== 'failures' && key !== 'cooldown')) {
+    throw new FST_RRL_INVALID_OPTION('circuitBreaker', 'must be false or { failures?: number, cooldown?: duration }')
+  }
+  const failures = integerOption(input, 'failures', 5, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
+  const cooldownMs = parseWindow(input.cooldown ?? 250)
+  if (typeof cooldownMs === 'string') throw new FST_RRL_INVALID_OPTION('circuitBreaker.cooldown', cooldownMs)
+  return { failures, cooldownMs }
+}
+
+export function integerOption (
+  options: Record<string, unknown>,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+  label = name
+): number {
+  const value = options[name] ?? fallback
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new FST_RRL_INVALID_OPTION(label, `must be an integer from ${min} to ${max} (got ${shown(value)})`)
+  }
+  return value
+}
+
+export const STORES = ['redis', 'memory'] as const
+export const HEADER_MODES = ['ietf', 'legacy', 'both', false] as const
+
+/** `value` when it is one of `choices`, else the coded option error with the shared message. */
+export function choice<T extends string | false> (name: string, value: unknown, choices: readonly T[]): T {
+  const problem = choiceProblem(value, choices)
+  if (problem !== undefined) throw new FST_RRL_INVALID_OPTION(name, problem)
+  return value as T
+}
+// A plain property name: it is also the name of the fastify instance decorator.
+const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/
+
+export function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'function') {
+    throw new FST_RRL_INVALID_OPTION(name, `must be a function (request) => string | undefined, or async (got ${typeof value})`)
+  }
+  return value as IdentityFunction
+}
+
+/** `hashSecret`: a string (UTF-8) or Buffer/Uint8Array of at least MIN_SECRET_BYTES bytes. The value is never echoed. */
+export function resolveHashSecret (value: unknown): Buffer | undefined {
+  if (value === undefined) return undefined
+  let bytes: Buffer
+  if (typeof value === 'string') bytes = Buffer.from(value, 'utf8')
+  else if (value instanceof Uint8Array) bytes = Buffer.from(value)
+  else throw new FST_RRL_INVALID_OPTION('hashSecret', `must be a string or a Buffer (got ${value === null ? 'null' : typeof value})`)
+  if (bytes.length < MIN_SECRET_BYTES) {
+    throw new FST_RRL_INVALID_OPTION('hashSecret', `must be at least ${MIN_SECRET_BYTES} bytes (got ${bytes.length}); use e.g. crypto.randomBytes(32) kept in your secret store`)
+  }
+  return bytes
+}
+
+/** `denyCache`: false (0 = off) or { max }; default 10,000 entries. */
+export function resolveDenyCache (value: unknown): number {
+  if (value === undefined || value === null) return 10_000
+  if (value === false) return 0
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).some((key) => key !== 'max')) {
+    throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
+  }
+  const max = (value as { max?: unknown }).max
+  if (max === undefined) return 10_000
+  if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) {
+    throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
+  }
+  return max
+}
+
+/** `allowList`: addresses and CIDR ranges (compiled to a predicate on request.ip), or a function. */
+export function resolveAllowList (value: unknown): SkipPredicate | undefined {
+  if (value === undefined) return undefined
+  if (typeof value === 'function') return value as SkipPredicate
+  if (!Array.isArray(value)) {
+    throw new FST_RRL_INVALID_OPTION('allowList', `must be an array of IP addresses and CIDR ranges, or a function (request) => boolean | Promise<boolean> (got ${shown(value)})`)
+  }
+  const compiled = compileAllowList(value)
+  if (typeof compiled === 'string') throw new FST_RRL_INVALID_OPTION('allowList', compiled)
+  return compiled
+}
+
+export function resolveConfigKey (value: unknown): string {
+  const configKey = value ?? 'rateLimit'
+  if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
+    const got = JSON.stringify(configKey) ?? typeof configKey
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${got})`)
+  }
+  return configKey
+}

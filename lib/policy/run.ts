@@ -1,0 +1,61 @@
+import type { AlgorithmName } from '../store/algorithms.js'
+import type { BlockRun, Penalty } from '../store/port.js'
+
+/** What every run of one block shares: fixed at compile time, whatever the limit. */
+export interface RunSpec {
+  algorithm: AlgorithmName
+  /** 1-based position in ALGORITHMS. */
+  algorithmNumber: number
+  windowMs: number
+  /** token-bucket and gcra: the burst is a capacity of its own. */
+  bursty: boolean
+  /** The block declares `burst` (so a requestLimit result keeps it). */
+  burstDeclared: boolean
+  shadow: boolean
+  penalty: Penalty | undefined
+  /** The block's `localLimit` and the plugin's `fleetSize`: the local share's sources. */
+  localLimit: number | undefined
+  fleetSize: number | undefined
+}
+
+/**
+ * How a run's burst meets another limit:
+ * - `'declared-stays'` (requestLimit): a declared burst stays; otherwise the burst is the new limit.
+ * - `'equal-follows'` (runtime overrides): a burst equal to the old limit follows the new one; another stays.
+ */
+export type BurstRule = 'declared-stays' | 'equal-follows'
+
+/**
+ * This instance's share of a block while Redis is unavailable (onRedisError
+ * 'local'): `localLimit`, else `limit / fleetSize` (at least 1); the burst
+ * scales with it. Undefined when neither is given.
+ */
+function localShare (spec: RunSpec, limit: number, burst: number): BlockRun['local'] {
+  const { localLimit, fleetSize, windowMs } = spec
+  const share = localLimit ?? (fleetSize === undefined ? undefined : Math.max(1, Math.floor(limit / fleetSize)))
+  if (share === undefined) return undefined
+  return { limit: share, windowMs, burst: Math.max(1, Math.floor(burst * share / limit)) }
+}
+
+/** The one builder of a BlockRun: script arguments and the local share (header strings are reply/'s). */
+export function buildRun (spec: RunSpec, tier: string | undefined, limit: number, burst: number): BlockRun {
+  const { algorithm, windowMs } = spec
+  return {
+    algorithm,
+    algorithmNumber: spec.algorithmNumber,
+    params: { limit, windowMs, burst },
+    scriptArgs: [String(limit), String(windowMs), String(burst)],
+    shadow: spec.shadow,
+    tier,
+    penalty: spec.penalty,
+    local: localShare(spec, limit, burst)
+  }
+}
+
+/** `run` at another limit (a requestLimit result or an override): the burst by `rule`, the local share recomputed. */
+export function runAtLimit (spec: RunSpec, run: BlockRun, limit: number, rule: BurstRule): BlockRun {
+  if (limit === run.params.limit) return run
+  const { burst } = run.params
+  const kept = rule === 'declared-stays' ? spec.bursty && spec.burstDeclared : burst !== run.params.limit
+  return buildRun(spec, run.tier, limit, kept ? burst : limit)
+}

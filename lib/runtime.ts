@@ -1,0 +1,110 @@
+import type { FastifyInstance } from 'fastify'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED } from './errors.js'
+import { Overrides } from './api/overrides.js'
+import { CircuitBreaker } from './decide/circuit-breaker.js'
+import { DenyCache } from './decide/deny-cache.js'
+import type { IdentityKind } from './keys/identity.js'
+import { overridesKey } from './keys/layout.js'
+import type { ResolvedOptions } from './options.js'
+import type { CompileContext } from './policy/policy.js'
+import { headerWriter } from './reply/headers.js'
+import { createRefuse } from './reply/problem.js'
+import type { RouteRuntime } from './request/route-hook.js'
+import { MemoryStore } from './store/memory/store.js'
+import type { Store } from './store/port.js'
+import { RedisStore } from './store/redis/store.js'
+import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
+
+/** What every route hook, the API and the not-found hook of one plugin instance share. */
+export interface PluginRuntime extends RouteRuntime {
+  /** Closes the local limiter, if one was created. */
+  closeLocal: () => void
+}
+
+type StoreCall = (size: number, latencyMs: number) => void
+
+function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: StoreCall): Store {
+  if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
+  const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
+  const client = options.redis ?? decorated
+  if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
+  return new RedisStore(client, {
+    timeout: options.timeout,
+    maxBatch: options.maxBatch,
+    maxPending: options.maxPending,
+    coalesce: options.batchWrites,
+    onBatch: onStoreCall
+  }, options.clock)
+}
+
+function causeOf (error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}
+
+/** The store, the decision state and the reply path of one plugin instance. */
+export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
+  // Metrics load at ready(); until then a store call records nothing.
+  const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
+  const clock = options.clock ?? Date.now
+  let local: MemoryStore | undefined
+  const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
+    const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
+    runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
+  })
+  const runtime: PluginRuntime = {
+    store,
+    writeHeaders: headerWriter(options.headers),
+    allowList: options.allowList,
+    refuse,
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },
+    failures: new BurstLogger(clock),
+    badInput: new BurstLogger(clock),
+    // The memory store answers locally anyway: the deny cache would only duplicate its state.
+    denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
+    rejections: new OncePerWindow(),
+    clock,
+    tier: options.tier,
+    metrics: undefined,
+    // The memory store has no Redis to fail; a breaker would only ever stay closed.
+    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
+    localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
+    closeLocal: () => { local?.close() },
+    overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log),
+    identityTimeout: options.identityTimeout
+  }
+  return runtime
+}
+
+/** What compiling a block needs from the plugin options and the store. */
+export function compileContext (
+  fastify: FastifyInstance,
+  options: ResolvedOptions,
+  runtime: PluginRuntime
+): CompileContext {
+  const identityErrors = new BurstLogger(runtime.clock)
+  return {
+    prefix: options.prefix,
+    onRedisError: options.onRedisError,
+    user: options.user,
+    apiKey: options.apiKey,
+    ipv6Subnet: options.ipv6Subnet,
+    hashSecret: options.hashSecret,
+    mode: options.mode,
+    cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
+    fleetSize: options.fleetSize,
+    hook: options.hook,
+    identityTimeout: options.identityTimeout,
+    onPartError: (kind: IdentityKind, error: unknown, route: string) => {
+      const err = new FST_RRL_IDENTITY_FAILED(kind, route)
+      identityErrors.report(fastify.log, { err, cause: causeOf(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
+    }
+  }
+}
+
+/** Stops what the runtime started: the store, the override poll, the local limiter, metrics. */
+export function closeRuntime (runtime: PluginRuntime): void {
+  runtime.store.close()
+  runtime.overrides.close()
+  runtime.closeLocal()
+  runtime.metrics?.close()
+}

@@ -1,0 +1,168 @@
+import type { AlgorithmName } from '../store/algorithms.js'
+import type { FailurePolicy, RateLimitMode } from './block.js'
+
+/* What the plugin answers: decisions, `fastify.rateLimit` and its records. */
+
+/** The decision for this request: `request.rateLimit`. */
+export interface RateLimitDecision {
+  allowed: boolean
+  limit: number
+  remaining: number
+  resetMs: number
+  retryAfterMs: number
+  /** Policy name, as in `RateLimit-Policy`. */
+  policy: string
+  /** True when the store failed and the route's onRedisError decided instead. */
+  degraded: boolean
+  /** `'shadow-limited'`: a shadow policy would have refused; the request went on. `'penalized'`: refused by a penalty. */
+  outcome: 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'
+  /** The tier applied, when the route has tier maps. */
+  tier: string | undefined
+  /** Every policy decided for this request (the top-level fields are the binding one's). */
+  policies: RateLimitPolicyDecision[]
+}
+
+/** One policy's part of a decision. */
+export interface RateLimitPolicyDecision {
+  policy: string
+  allowed: boolean
+  limit: number
+  /** Units left now (nothing is charged on a refused request). */
+  remaining: number
+  resetMs: number
+  retryAfterMs: number
+  shadow: boolean
+  tier: string | undefined
+}
+
+/** One block of a route's (or a named policy's) limits. */
+export interface PolicyBlockSummary {
+  name: string
+  algorithm: AlgorithmName
+  /** The `default` tier's values when the block has tiers. */
+  limit: number
+  windowMs: number
+  burst: number
+  by: string[]
+  onRedisError: FailurePolicy
+  /** Whether it came from `defaultLimit` rather than the route itself. */
+  fromDefault: boolean
+  mode: RateLimitMode
+  /** Whether it comes from `globalLimits`. */
+  global: boolean
+  /** Per tier name: its limit and burst (undefined without tiers). */
+  tiers: Record<string, { limit: number, burst: number }> | undefined
+  refunds: boolean
+  /** The runtime override of `limit` for every caller (see `setOverride`), when one is in force. */
+  override?: RateLimitOverride
+  /** How many callers have an override of their own for this block. */
+  identityOverrides?: number
+}
+
+/** One route's effective limit, as listed by `fastify.rateLimit.policies()`. */
+export interface PolicySummary {
+  method: string
+  url: string
+  /** The route's first block; `false` for routes that opted out with `rateLimit: false`. */
+  limit: false | PolicyBlockSummary
+  /** Every block decided for the route's requests: its own, then the global ones (empty when opted out). */
+  limits: PolicyBlockSummary[]
+}
+
+/**
+ * Names a caller for the programmatic API: the values the policy's `by`
+ * parts would read from a request. `user` and `apiKey` stand for what the
+ * plugin's `user(request)` / `apiKey(request)` would return; function parts
+ * are called with `{ ip, headers, params, body }`. A part left out falls back
+ * to `ip`, as on a request.
+ */
+export interface RateLimitIdentity {
+  ip?: string
+  user?: string
+  apiKey?: string
+  headers?: Record<string, string>
+  params?: Record<string, string>
+  body?: Record<string, unknown>
+  /** Tier for blocks with tier maps; default `default`. */
+  tier?: string
+}
+
+export interface RateLimitStats {
+  allowed: number
+  limited: number
+  /** Decisions the store could not take (errors and timeouts); onRedisError applied. */
+  degraded: number
+  /** Admitted requests a shadow policy would have refused (also counted in `allowed`). */
+  shadowLimited: number
+  /** Requests whose units were given back by refundOn. */
+  refunded: number
+  /** Refusals because the identity was serving a penalty, or started one (also counted in `limited`). */
+  penalized: number
+  /** Requests let through unlimited by `allowList` or a route's `skip` (no store call). */
+  skipped: number
+}
+
+/** What `setOverride` takes. */
+export interface RateLimitOverrideInput {
+  /** A block: its name, a named policy, or a route (`'GET /orders/:id'`) with one block of its own. */
+  target: string
+  /** Only this caller (the values its `by` parts read); omitted: every caller of the block. */
+  identity?: RateLimitIdentity
+  /** The limit to apply instead of the block's (burst follows where it equals the limit). */
+  limit: number
+  /** Milliseconds until the override lapses, or `'permanent'`. */
+  ttl: number | 'permanent'
+  /** Who makes the change (logged and stored). */
+  actor: string
+  /** Why (logged and stored). */
+  reason: string
+}
+
+/** One override in force, as `listOverrides()` and `policies()` show it. */
+export interface RateLimitOverride {
+  /** The override's id (the caller's key for one caller; the block's id for every caller); `clearOverride` takes it. */
+  id: string
+  /** The block's id: its key with `*` in place of the caller. */
+  blockId: string
+  /** The block's name and its route (or `api <name>`, `*` for a global block). */
+  block: string
+  route: string
+  /** Which caller: the identity fields given, with the ip, user and tier values (others shown as `(given)`); null for every caller. */
+  identity: Record<string, string> | null
+  limit: number
+  /** Plugin-clock ms when it lapses; null when permanent. */
+  expiresAt: number | null
+  actor: string
+  reason: string
+  /** Plugin-clock ms when it was set. */
+  setAt: number
+}
+
+export interface RateLimitApi {
+  /** Every route the plugin has seen, with its effective limit. */
+  policies: () => PolicySummary[]
+  /** Counters since startup, for metrics and alerts. */
+  stats: () => RateLimitStats
+  /**
+   * What a request of `cost` (default 1) would get now, charging nothing.
+   * `target`: a route (`'GET /orders/:id'`), a block or named policy name.
+   */
+  peek: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /** Deletes the caller's state for every block of `target` (and this instance's deny-cache entries). */
+  reset: (target: string, identity: RateLimitIdentity) => Promise<void>
+  /**
+   * Charges `cost` (default 1) to the caller, all-or-nothing over every block of
+   * `target`, as a request would: for jobs, websockets, queues. Never throws
+   * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
+   */
+  consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /**
+   * Overrides a block's `limit` fleet-wide (stored in Redis; every instance
+   * applies it within its next poll), for every caller or one. Logged.
+   */
+  setOverride: (input: RateLimitOverrideInput) => Promise<RateLimitOverride>
+  /** Every override in force, read from the store now. */
+  listOverrides: () => Promise<RateLimitOverride[]>
+  /** Removes an override by id; false when there was none. Logged. */
+  clearOverride: (id: string, change: { actor: string, reason: string }) => Promise<boolean>
+}

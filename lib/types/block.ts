@@ -1,0 +1,93 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { AlgorithmName } from '../store/algorithms.js'
+
+/* What a route declares: a block's fields and the scalar types they use. */
+
+/** Sync, or async (awaited at most `identityTimeout` ms; a rejection or an overrun falls back to the client IP). */
+export type IdentityFunction = (request: FastifyRequest) => string | undefined | Promise<string | undefined>
+export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction
+
+export type FailurePolicy = 'open' | 'closed' | 'local'
+export type HeaderMode = 'ietf' | 'legacy' | 'both' | false
+/** `'enforce'` refuses over-limit requests; `'shadow'` decides and records but never refuses. */
+export type RateLimitMode = 'enforce' | 'shadow'
+/** The request lifecycle stage the decision runs at (plugin option and block field `hook`). */
+export type RateLimitHook = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
+/** A count, or a count per tier: `{ default: 60, pro: 600 }` (the `default` tier is required). */
+export type TieredCount = number | ({ default: number } & Record<string, number>)
+
+/** One route's declared limit: `config: { rateLimit: { ... } }`. */
+export interface RateLimitBlock {
+  /** Requests per window; for token-bucket/gcra the sustained rate is `limit` per `window`. A tier map needs `default`. */
+  limit: TieredCount
+  /** Milliseconds, or `'500ms'`, `'1s'`, `'1m'`, `'15m'`, `'1h'`, `'1d'`. */
+  window: number | string
+  /** Default `'sliding-window'`. */
+  algorithm?: AlgorithmName
+  /** Token-bucket / GCRA capacity; default `limit`. May be a tier map too. */
+  burst?: TieredCount
+  /** Identity part(s); default: the user when `user(request)` gives one, else the IP. */
+  by?: IdentityPartSpec | IdentityPartSpec[]
+  /** Units this request spends; default 1. */
+  cost?: number | ((request: FastifyRequest) => number)
+  /**
+   * What to do when Redis fails or is slow; default: the plugin's `onRedisError`.
+   * `'local'` decides with this instance's own limiter at `localLimit` (or `limit / fleetSize`).
+   */
+  onRedisError?: FailurePolicy
+  /** This instance's share of `limit` while Redis is unavailable (`onRedisError: 'local'`); default `limit / fleetSize`. */
+  localLimit?: number
+  /** Name shown in `RateLimit-Policy` and `violated-policies`; default derived from method and route. */
+  name?: string
+  /** `'shadow'`: decide and record, never refuse; default: the plugin's `mode`. */
+  mode?: RateLimitMode
+  /**
+   * Return the units this request spent when its reply matches, e.g.
+   * `(reply) => reply.statusCode >= 500` (fixed-window, sliding-window,
+   * token-bucket and gcra; not sliding-log).
+   */
+  refundOn?: (reply: FastifyReply) => boolean
+  /**
+   * Escalation for repeat offenders: after `after` refusals within one window,
+   * the identity is refused outright for `for`, `backoff` times longer at each
+   * further offence (default 2), never longer than `max` (default 1 day).
+   * Decided in the same script call as the limit.
+   */
+  penalty?: RateLimitPenalty
+  /**
+   * The lifecycle stage this route's decision runs at; default: the plugin's
+   * `hook`. `'preHandler'` runs after authentication hooks, so `by: 'user'`
+   * sees `request.user`. A route that reads the body (`body:<field>`) needs at
+   * least `'preValidation'`: naming an earlier stage here is a startup error.
+   * Every block of one route must name the same stage (or none).
+   */
+  hook?: RateLimitHook
+  /**
+   * This request's limit, e.g. from a database: `(request) => number | Promise<number>` (`undefined` keeps `limit`).
+   * Awaited at most `identityTimeout` ms; a rejection, an overrun or a value that
+   * is not an integer from 1 to the algorithm's maximum falls back to `limit`
+   * (logged once per burst). `burst` stays as declared, else follows the returned limit.
+   */
+  requestLimit?: (request: FastifyRequest) => number | undefined | Promise<number | undefined>
+  /**
+   * Requests for which this returns `true` are not limited by this route at
+   * all (every block of it, global ones included): no store call, counted as
+   * `skipped`. Sync or async (bounded at 250 ms; a throw, rejection,
+   * non-boolean or overrun means limited as usual, logged once per burst).
+   */
+  skip?: SkipPredicate
+}
+
+/** `allowList` as a function, and a block's `skip`: `true` lets the request through unlimited. */
+export type SkipPredicate = (request: FastifyRequest) => boolean | Promise<boolean>
+/** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */
+export interface RateLimitPenalty {
+  /** Refusals within one window that start a penalty (1 to 1000). */
+  after: number
+  /** The first penalty's length: milliseconds or a duration string. */
+  for: number | string
+  /** Each further offence lasts this many times longer (1 to 100); default 2. */
+  backoff?: number
+  /** No penalty lasts longer: milliseconds or a duration string; default 1 day. */
+  max?: number | string
+}

@@ -103,6 +103,7 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
   // After the route's own hooks of that stage, so an auth hook can set the user first.
   route[stage] = appended<unknown>(route[stage], hook) as never
   if (policy.refunds) route.onResponse = appended<unknown>(route.onResponse, createRefundHook(policy, runtime)) as never
+  if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never
 }
 
 /** onRoute: compiles the route's block (or the defaultLimit) and attaches its hooks. */

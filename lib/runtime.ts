@@ -7,7 +7,7 @@ import type { IdentityKind } from './keys/identity.js'
 import { overridesKey } from './keys/layout.js'
 import type { ResolvedOptions } from './options.js'
 import type { CompileContext } from './policy/policy.js'
-import { headerWriter } from './reply/headers.js'
+import { headerWriter, redirectGuard } from './reply/headers.js'
 import { createRefuse } from './reply/problem.js'
 import type { RouteRuntime } from './request/route-hook.js'
 import { MemoryStore } from './store/memory/store.js'
@@ -19,6 +19,8 @@ import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
 export interface PluginRuntime extends RouteRuntime {
   /** Closes the local limiter, if one was created. */
   closeLocal: () => void
+  /** The onSend hook that keeps the fields off 3xx replies; undefined with `headers: false`. */
+  redirectGuard: ReturnType<typeof redirectGuard>
 }
 
 type StoreCall = (size: number, latencyMs: number) => void
@@ -54,6 +56,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
   const runtime: PluginRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
+    redirectGuard: redirectGuard(options.headers),
     allowList: options.allowList,
     refuse,
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },

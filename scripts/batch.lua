@@ -17,9 +17,10 @@
 -- before it writes and the multi driver writes only after every dry pass.
 -- Penalties: see penalty.lua.
 --
--- Reply, per decision in order: 1 followed by its values (4 per block for a
--- decision or a peek, allowed being 0, 1, or 2 for a penalty; 1 per block for
--- a refund), or 0 followed by the error text.
+-- Reply, per decision in order: 1 followed by its values (DECISION_STRIDE per
+-- block for a decision or a peek: allowed (0, 1, or 2 for a penalty),
+-- remaining, resetMs, retryAfterMs, nextMs; 1 per block for a refund), or 0
+-- followed by the error text.
 local STRIDE = BATCH_STRIDE
 local function runBlock (key, argv, b, mode, now)
   if string.sub(mode, 1, 1) == 'r' then
@@ -63,9 +64,10 @@ local function refusedByPenalty (at, k, n, blocked, now)
       out[#out + 1] = 0
       out[#out + 1] = blocked[i]
       out[#out + 1] = blocked[i]
+      out[#out + 1] = blocked[i]
     else
       local r = runBlock(KEYS[k + i - 1], ARGV, at + (i - 1) * STRIDE, '1', now)
-      for j = 1, 4 do out[#out + 1] = r[j] end
+      for j = 1, DECISION_STRIDE do out[#out + 1] = r[j] end
     end
   end
   return out
@@ -85,13 +87,16 @@ end
 local function countRefusals (at, n, pkeys, r, now)
   for i = 1, n do
     local b = at + (i - 1) * STRIDE
-    if pkeys[i] and ARGV[b + 5] ~= '1' and r[(i - 1) * 4 + 1] ~= 1 then
+    local o = (i - 1) * DECISION_STRIDE
+    if pkeys[i] and ARGV[b + 5] ~= '1' and r[o + 1] ~= 1 then
       local untilMs = penaltyRefused(pkeys[i], ARGV[b + 6], tonumber(ARGV[b + 2]), tonumber(now))
       if untilMs then
+        -- a penalty's wait is the documented exception: reset, retry and next all wait it out
         local wait = untilMs - tonumber(now)
-        r[(i - 1) * 4 + 1] = 2
-        if r[(i - 1) * 4 + 3] < wait then r[(i - 1) * 4 + 3] = wait end
-        if r[(i - 1) * 4 + 4] < wait then r[(i - 1) * 4 + 4] = wait end
+        r[o + 1] = 2
+        for j = 3, 5 do
+          if r[o + j] < wait then r[o + j] = wait end
+        end
       end
     end
   end

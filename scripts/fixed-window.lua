@@ -5,6 +5,7 @@
 -- State: one string "idx:count" (window index, units consumed in that window).
 -- A stored index other than the current one counts as zero, so a stale key
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
+-- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
 return function (KEYS, ARGV)
   local key = KEYS[1]
@@ -37,14 +38,14 @@ return function (KEYS, ARGV)
     -- can never be admitted
     local reset = 0
     if count > 0 then reset = toEnd end
-    return { 0, available, reset, w }
+    return { 0, available, reset, w, reset }
   end
   if count + cost > limit then
     -- count > 0 here, so the quota is restored when the window ends
-    return { 0, available, toEnd, toEnd }
+    return { 0, available, toEnd, toEnd, toEnd }
   end
 
   count = count + cost
   if not dry then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
-  return { 1, limit - count, toEnd, 0 }
+  return { 1, limit - count, toEnd, 0, toEnd }
 end

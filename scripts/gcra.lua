@@ -7,6 +7,7 @@
 -- the tolerance window is burst * W units (<= 8.64e15 < 2^53).
 -- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
+-- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
 return function (KEYS, ARGV)
   local key = KEYS[1]
@@ -30,6 +31,12 @@ return function (KEYS, ARGV)
     end
   end
 
+  -- ms until the debt d leaves room for one more whole unit; 0 = no debt (full)
+  local function nextMs (debt)
+    if debt <= 0 then return 0 end
+    return cdiv(debt - (cap - (idiv(cap - debt, w) + 1) * w), limit)
+  end
+
   if ARGV[6] == '2' then
     -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
     local rd = d - cost * w
@@ -43,15 +50,15 @@ return function (KEYS, ARGV)
   end
 
   if cost > burst then
-    return { 0, idiv(cap - d, w), cdiv(d, limit), w }
+    return { 0, idiv(cap - d, w), cdiv(d, limit), w, nextMs(d) }
   end
   local nd = d + cost * w
   if nd > cap then
-    return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit) }
+    return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d) }
   end
 
   local whole = idiv(nd, limit)
   local reset = cdiv(nd, limit)
   if not dry then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
-  return { 1, idiv(cap - nd, w), reset, 0 }
+  return { 1, idiv(cap - nd, w), reset, 0, nextMs(nd) }
 end

@@ -15,8 +15,8 @@
 -- admitted (a shadow block behaves as the real limit would have: it counts what
 -- it would admit). If any enforced block rejects, nothing is written at all.
 -- A block's dry decision equals its real one (same state, same now), so the
--- reply is pass 1's: four integers per block (allowed, remaining, resetMs,
--- retryAfterMs), 4 * n in all.
+-- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
+-- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
 local function multi (KEYS, ARGV)
   local now = ARGV[1]
   if now == nil or now == '' then now = redisNow() end
@@ -39,10 +39,7 @@ local function multi (KEYS, ARGV)
     local r = algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '1' })
     allowed[i] = r[1] == 1
     if r[1] ~= 1 and ARGV[b + 6] ~= '1' then admit = false end
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
-    out[#out + 1] = r[3]
-    out[#out + 1] = r[4]
+    for j = 1, DECISION_STRIDE do out[#out + 1] = r[j] end
   end
   if admit and ARGV[2] ~= '1' then
     for i = 1, n do

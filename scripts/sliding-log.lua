@@ -8,6 +8,7 @@
 -- so its seqs are all <= count: new members never collide. If the clock went backwards a
 -- collision is detected (ZADD NX added fewer) and the missing units get seqs above the
 -- largest one at that score, so requests in the same ms never merge.
+-- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: ZREMRANGEBYSCORE, ZCARD, then ZADD (per 1000 units) + PEXPIRE when admitted,
 -- or one or two ZRANGE when rejected (+ TIME when ARGV[5] is empty).
 -- ZADD NX n units scored nowStr, members "<nowStr>:<seq>" with seq = from + 1 .. from + n,
@@ -39,28 +40,27 @@ local function topSeq (key, nowStr)
   return top
 end
 
--- A refusal's reset and retry in ms: until the newest entry expires, and until
--- enough of the oldest have (one or two ZRANGE, count > 0).
-local function refusal (key, count, limit, w, cost, now)
+-- ms until the k-th oldest entry expires (k >= 1, count >= k)
+local function expiryOf (key, k, w, now)
+  local r = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+  return tonumber(r[2]) + w - now
+end
+
+-- A refusal's reset, retry and next in ms: until the newest entry expires, until
+-- enough of the oldest have for `cost`, and until the next one does (the
+-- `more`-th oldest, more = count + available + 1 - limit). One ZRANGE from the
+-- `more`-th entry when few entries follow it, else one per entry needed (count > 0).
+local function refusal (key, count, limit, w, cost, now, more)
+  local k = count + cost - limit
+  if count - more < 16 then
+    local r = redis.call('ZRANGE', key, more - 1, -1, 'WITHSCORES')
+    local retry = w
+    if cost <= limit then retry = tonumber(r[(k - more) * 2 + 2]) + w - now end
+    return tonumber(r[#r]) + w - now, retry, tonumber(r[2]) + w - now
+  end
   local retry = w
-  local newest
-  if cost <= limit then
-    -- the k-th oldest entry must expire first, k = count + cost - limit (1 <= k <= count)
-    local k = count + cost - limit
-    if count - k < 16 then
-      local r = redis.call('ZRANGE', key, k - 1, -1, 'WITHSCORES')
-      retry = tonumber(r[2]) + w - now
-      newest = tonumber(r[#r])
-    else
-      local r = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
-      retry = tonumber(r[2]) + w - now
-    end
-  end
-  if newest == nil then
-    local r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    newest = tonumber(r[2])
-  end
-  return newest + w - now, retry
+  if cost <= limit then retry = expiryOf(key, k, w, now) end
+  return expiryOf(key, count, w, now), retry, expiryOf(key, more, w, now)
 end
 
 return function (KEYS, ARGV)
@@ -73,7 +73,10 @@ return function (KEYS, ARGV)
   local count = redis.call('ZCARD', key)
 
   if cost <= limit and count + cost <= limit then
-    if dry then return { 1, limit - count - cost, w, 0 } end
+    -- one more unit frees when the oldest entry expires (this request's own, when the log was empty)
+    local nextMs = w
+    if count > 0 then nextMs = expiryOf(key, 1, w, now) end
+    if dry then return { 1, limit - count - cost, w, 0, nextMs } end
     local added = addUnits(key, nowStr, count, cost)
     if added < cost then
       -- only after the clock went backwards: renumber the missing units above the largest seq at this score
@@ -81,16 +84,17 @@ return function (KEYS, ARGV)
     end
     -- the newest entry is now: the whole set is irrelevant W ms from now
     redis.call('PEXPIRE', key, w)
-    return { 1, limit - count - cost, w, 0 }
+    return { 1, limit - count - cost, w, 0, nextMs }
   end
 
   local available = limit - count
   if available < 0 then available = 0 end
   if count == 0 then
     -- only when cost > limit: nothing stored, never admissible
-    return { 0, available, 0, w }
+    return { 0, available, 0, w, 0 }
   end
 
-  local reset, retry = refusal(key, count, limit, w, cost, now)
-  return { 0, available, reset, retry }
+  -- one more unit frees when the more-th oldest expires (the oldest, unless the limit was lowered)
+  local reset, retry, nextMs = refusal(key, count, limit, w, cost, now, count + available + 1 - limit)
+  return { 0, available, reset, retry, nextMs }
 end

@@ -4,6 +4,7 @@
 --   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
 -- State: one string "idx:cur:prev". When the window index has advanced by 1 the
 -- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
+-- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
 -- The stored counts of the current (cur) and previous (prev) window; zero when stale or absent.
 local function readCounts (key, idx)
@@ -62,6 +63,12 @@ local function retryMs (cur, prev, limit, cost, w, elapsed)
   return retry
 end
 
+-- ms until `available` grows by one unit: when a request of available + 1 units would fit; 0 = full
+local function nextMs (cur, prev, limit, available, w, elapsed)
+  if available >= limit then return 0 end
+  return retryMs(cur, prev, limit, available + 1, w, elapsed)
+end
+
 return function (KEYS, ARGV)
   local key = KEYS[1]
   local limit, w, _, cost, now, dry = blockArgs(ARGV)
@@ -91,14 +98,14 @@ return function (KEYS, ARGV)
   if available < 0 then available = 0 end
 
   if cost > limit then
-    return { 0, available, resetMs(cur, prev, idx, w, now), w }
+    return { 0, available, resetMs(cur, prev, idx, w, now), w, nextMs(cur, prev, limit, available, w, elapsed) }
   end
   if estimate + cost > limit then
-    return { 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed) }
+    return { 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed), nextMs(cur, prev, limit, available, w, elapsed) }
   end
 
   cur = cur + cost
   if not dry then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
   local remaining = limit - estimate - cost
-  return { 1, remaining, resetMs(cur, prev, idx, w, now), 0 }
+  return { 1, remaining, resetMs(cur, prev, idx, w, now), 0, nextMs(cur, prev, limit, remaining, w, elapsed) }
 end

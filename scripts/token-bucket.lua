@@ -6,6 +6,7 @@
 -- capacity = burst * W <= 8.64e15 < 2^53) and the bucket gains `limit` units per ms.
 -- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
+-- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
 -- The scaled tokens in the bucket now, and base: the ms they are counted at
 -- (later than now only if the clock went backwards).
@@ -52,6 +53,12 @@ return function (KEYS, ARGV)
     return lag + cdiv(cap - t, limit)
   end
 
+  -- ms until the bucket holds one more whole token; 0 = full
+  local function nextMs (t)
+    if t >= cap then return 0 end
+    return lag + cdiv((idiv(t, w) + 1) * w - t, limit)
+  end
+
   if ARGV[6] == '2' then
     -- refund: the tokens go back into the bucket as it is now, up to its capacity
     tokens = tokens + cost * w
@@ -64,15 +71,15 @@ return function (KEYS, ARGV)
   end
 
   if cost > burst then
-    return { 0, idiv(tokens, w), resetMs(tokens), w }
+    return { 0, idiv(tokens, w), resetMs(tokens), w, nextMs(tokens) }
   end
   local need = cost * w
   if tokens < need then
-    return { 0, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit) }
+    return { 0, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit), nextMs(tokens) }
   end
 
   tokens = tokens - need
   local reset = resetMs(tokens)
   if not dry then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
-  return { 1, idiv(tokens, w), reset, 0 }
+  return { 1, idiv(tokens, w), reset, 0, nextMs(tokens) }
 end

@@ -37,14 +37,15 @@ const ROUTES: Array<[string, RateLimitBlock | RateLimitBlock[]]> = [
 ]
 
 for (const store of ['redis', 'memory'] as const) {
-  test(`${store}: r ≤ q, t ≤ w, the same policies in both fields, Retry-After ≥ t`, async (t) => {
+  test(`${store}: r ≤ q, t ≤ w, RateLimit-Policy constant, a 429 reports only its refusing policies, Retry-After ≥ t`, async (t) => {
     const { app, clock } = await setup(t, store)
     for (const [path, block] of ROUTES) app.get(path, { config: { rateLimit: block } }, async () => 'ok')
     await app.ready()
     let checked = 0
     let penalized = 0
-    let fromDenyCache = 0
-    for (const [path] of ROUTES) {
+    let partial = 0
+    for (const [path, block] of ROUTES) {
+      let listed: string | undefined
       for (let step = 0; step < 14; step++) {
         // Bursts of requests, then pauses of growing length: windows roll, buckets refill.
         if (step % 4 === 0) clock.advance(step * 700)
@@ -52,24 +53,32 @@ for (const store of ['redis', 'memory'] as const) {
         const policies = parse(res.headers['ratelimit-policy'] as string | undefined)
         const states = parse(res.headers.ratelimit as string | undefined)
         t.ok(policies.length > 0, `${path} #${step}: RateLimit-Policy present`)
-        t.same(states.map((p) => p.name), policies.map((p) => p.name), `${path} #${step}: the same policies in both fields`)
+        // draft-10 §3: RateLimit-Policy SHOULD stay consistent over a sequence of responses (deny-cache answers included)
+        listed ??= res.headers['ratelimit-policy'] as string
+        t.equal(res.headers['ratelimit-policy'], listed, `${path} #${step}: the same RateLimit-Policy on every response`)
         const retryAfter = res.headers['retry-after'] === undefined ? undefined : Number(res.headers['retry-after'])
         const violated: string[] = res.statusCode === 429 ? JSON.parse(res.body)['violated-policies'] : []
-        if (res.statusCode === 429 && violated.length < policies.length) fromDenyCache++
-        for (const policy of policies) {
-          const state = states.find((s) => s.name === policy.name) as Policy
+        // draft-10 §6 and Appendix B: a refusal reports the policies that refused it
+        const reported = res.statusCode === 429 ? violated : policies.map((p) => p.name)
+        t.same(states.map((p) => p.name), reported, `${path} #${step}: RateLimit names ${res.statusCode === 429 ? 'the refusing' : 'every'} policy`)
+        if (states.length < policies.length) partial++
+        for (const state of states) {
+          const policy = policies.find((p) => p.name === state.name) as Policy
           const isPenalty = path === '/penalty' && res.statusCode === 429 && (state.t as number) > (policy.w as number)
           if (isPenalty) penalized++
           t.ok((state.r as number) <= (policy.q as number), `${path} #${step} ${policy.name}: r=${state.r} ≤ q=${policy.q}`)
-          t.ok(isPenalty || (state.t as number) <= (policy.w as number), `${path} #${step} ${policy.name}: t=${state.t} ≤ w=${policy.w}`)
-          if (retryAfter !== undefined && violated.includes(policy.name)) t.ok(retryAfter >= (state.t as number), `${path} #${step}: Retry-After ${retryAfter} ≥ t=${state.t}`)
+          // t = until one more unit: at most the window, one second more for the sliding window (its
+          // estimate first drops 1 ms after a window ends when only the current window counts)
+          const slack = (Array.isArray(block) ? 'sliding-window' : block.algorithm ?? 'sliding-window') === 'sliding-window' ? 1 : 0
+          t.ok(isPenalty || state.t === undefined || (state.t as number) <= (policy.w as number) + slack, `${path} #${step} ${policy.name}: t=${state.t} ≤ w=${policy.w}`)
+          if (retryAfter !== undefined && state.t !== undefined) t.ok(retryAfter >= (state.t as number), `${path} #${step}: Retry-After ${retryAfter} ≥ t=${state.t}`)
           checked++
         }
       }
     }
     t.ok(checked > 100, `${checked} policy states checked`)
     t.ok(penalized > 0, `${penalized} penalized answers (t beyond w, as documented)`)
-    t.ok(fromDenyCache > 0, `${fromDenyCache} refusals on the multi-limit route name fewer policies than it has`)
+    t.ok(partial > 0, `${partial} refusals on the multi-limit route report fewer policies than it has`)
   })
 }
 

@@ -47,7 +47,9 @@ for (const store of ['redis', 'memory'] as const) {
     t.equal(refused.statusCode, 429)
     t.equal(refused.headers['retry-after'], '1')
     t.same(refused.json()['violated-policies'], ['burst'])
-    t.equal(refused.headers.ratelimit, '"burst";r=0;t=1, "hourly";r=3;t=3600', 'hourly still has 3: nothing was charged')
+    // a refusal lists only the refusing policy (draft-10 §6, Appendix B); that hourly was not charged shows below (r=1 after two more)
+    t.equal(refused.headers.ratelimit, '"burst";r=0;t=1', 'only the refusing policy is reported')
+    t.equal(refused.headers['ratelimit-policy'], '"burst";q=2;w=1, "hourly";q=5;w=3600', 'every policy is still listed')
 
     // next second: 2 more admitted, then hourly has 1 left; a third is refused by burst only
     clock.advance(900)
@@ -327,14 +329,14 @@ test('property: the multi script decides like the memory store, and a refused st
         }
         const expected: RawDecision[] = model.decideNow({ runs, keys, costs }, 'charge', times[s] as number)
         const row = out[s] as number[]
-        const actual = expected.map((_, i) => ({ allowed: row[i * 4] === 1, remaining: row[i * 4 + 1], resetMs: row[i * 4 + 2], retryAfterMs: row[i * 4 + 3] }))
+        const actual = expected.map((_, i) => ({ allowed: row[i * 5] === 1, remaining: row[i * 5 + 1], resetMs: row[i * 5 + 2], retryAfterMs: row[i * 5 + 3], nextMs: row[i * 5 + 4] }))
         if (JSON.stringify(actual) !== JSON.stringify(expected)) {
           throw new Error(`step ${s}: lua ${JSON.stringify(actual)} model ${JSON.stringify(expected)}`)
         }
         const refused = expected.some((d, i) => !d.allowed && !(runs[i] as BlockRun).shadow)
         if (refused) {
           refusedSteps++
-          if (row[blocks.length * 4] !== 1) throw new Error(`step ${s}: refused, but the script wrote state`)
+          if (row[blocks.length * 5] !== 1) throw new Error(`step ${s}: refused, but the script wrote state`)
         }
       })
     } finally {

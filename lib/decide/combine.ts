@@ -19,7 +19,7 @@ export interface Verdict {
 }
 
 /** The binding decision where no block was decided (a policy always has one; never read then). */
-const NO_DECISION: RawDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0, retryAfterMs: 0 })
+const NO_DECISION: RawDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0, retryAfterMs: 0, nextMs: 0 })
 
 /** The names of the blocks that refused: enforced ones when `enforced`, else shadow ones. */
 function refusedNames (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, enforced: boolean): string[] {

@@ -39,7 +39,7 @@ export async function degraded (input: DecisionInput, origin: DecisionOrigin, ru
   report(input, origin, runtime, error)
   if (input.policy.onRedisError === 'local') return await decideLocally(input, runtime)
   const closed = input.policy.onRedisError === 'closed' && !input.policy.allShadow
-  const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0 }
+  const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0, nextMs: 0 }
   const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], latestRetryMs: -1 }
   return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, origin.source, 'charge')
 }

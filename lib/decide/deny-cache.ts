@@ -24,6 +24,8 @@ export interface DenyEntry {
   remaining: number
   /** The store refused it with a penalty. */
   penalized: boolean
+  /** Local ms at which `remaining` grows by one unit (the RateLimit field's `t`); never after `until`. */
+  nextAt: number
   /**
    * The limits the store decided with (a tier's run): a request of another
    * tier may fit sooner, so it is not answered from this entry.
@@ -54,8 +56,8 @@ export class DenyCache {
     return this.#entries.get(key)
   }
 
-  set (key: string, until: number, cost: number, remaining: number, run: object, penalized = false): void {
-    this.#entries.set(key, { until, cost, remaining, run, penalized })
+  set (key: string, until: number, cost: number, remaining: number, run: object, penalized = false, nextAt = until): void {
+    this.#entries.set(key, { until, cost, remaining, run, penalized, nextAt: Math.min(nextAt, until) })
   }
 
   delete (key: string): void {

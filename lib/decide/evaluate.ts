@@ -35,7 +35,7 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
     if (entry === undefined) continue
     cached ??= new Array<RawDecision | undefined>(runs.length)
     const waitMs = entry.until - now
-    cached[i] = { allowed: false, remaining: entry.remaining, resetMs: waitMs, retryAfterMs: waitMs, penalized: entry.penalized }
+    cached[i] = { allowed: false, remaining: entry.remaining, resetMs: waitMs, retryAfterMs: waitMs, nextMs: Math.max(1, entry.nextAt - now), penalized: entry.penalized }
   }
   return cached
 }
@@ -51,7 +51,7 @@ function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions
     if (run === undefined || run.shadow || decision === undefined || decision.allowed || key === undefined || cost === undefined) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
-    denyCache.set(key, now + decision.retryAfterMs, cost, decision.remaining, run, decision.penalized === true)
+    denyCache.set(key, now + decision.retryAfterMs, cost, decision.remaining, run, decision.penalized === true, now + decision.nextMs)
   }
 }
 

@@ -13,13 +13,17 @@ import type { HeaderMode } from '../types.js'
  * run made for an override or a requestLimit is rendered once and dropped with
  * it) and per compiled run list (the RateLimit-Policy value).
  *
- * - `t` (and X-RateLimit-Reset) is the seconds until the quota is fully
- *   restored when admitted, and the policy's own retry delay when refused: a
- *   client never reads a reset earlier than it may retry.
- * - Both fields list every enforced policy, in declaration order; on a refusal,
- *   one that would have admitted reports the units it has now (nothing was charged).
+ * - `t` is the seconds until `r` grows by one unit (draft-10 §4.1.2: "until
+ *   additional quota is made available"), from each decision's nextMs; omitted
+ *   when the quota is full. A penalty's `t` is its retry delay.
+ * - RateLimit-Policy lists every enforced policy of the request's run list, in
+ *   declaration order, on every response (draft §3: it SHOULD stay consistent).
+ * - RateLimit lists every enforced policy when admitted; on a refusal only the
+ *   refusing ones, each `t` no later than Retry-After (draft §6).
  * - Shadow policies are never shown: they must not make clients slow down.
- * - The legacy trio shows the binding policy.
+ * - The legacy trio shows the binding policy; X-RateLimit-Reset keeps "until
+ *   fully restored" (admitted) or the retry delay (refused).
+ * - No field on a 3xx (draft §6: a low `r` could stop a client following it).
  */
 
 /** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
@@ -67,13 +71,13 @@ function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
   return header
 }
 
-/** The `RateLimit-Policy` value: the enforced runs decided (all without `decisions`); '' = send none. */
-function joinItems (policy: CompiledPolicy, runs: readonly BlockRun[], decisions?: ReadonlyArray<RawDecision | undefined>): string {
+/** The `RateLimit-Policy` value: the enforced runs; '' = send none. */
+function joinItems (policy: CompiledPolicy, runs: readonly BlockRun[]): string {
   let value = ''
   for (let i = 0; i < runs.length; i++) {
     const run = runs[i]
     const block = policy.blocks[i]
-    if (run === undefined || block === undefined || run.shadow || (decisions !== undefined && decisions[i] === undefined)) continue
+    if (run === undefined || block === undefined || run.shadow) continue
     value += (value === '' ? '' : ', ') + runHeader(run, block).item
   }
   return value
@@ -89,12 +93,9 @@ function fill (policy: CompiledPolicy): void {
   for (const list of policy.tierRuns?.values() ?? []) listValues.set(list, joinItems(policy, list))
 }
 
-/** `RateLimit-Policy` for the blocks that were decided: all of them, except on a local deny-cache answer. */
-function policyValue (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>): string {
+/** `RateLimit-Policy`: every enforced block of the run list, whatever was decided (a deny-cache answer too). */
+function policyValue (input: DecisionInput): string {
   const { policy, runs } = input
-  for (let i = 0; i < runs.length; i++) {
-    if (decisions[i] === undefined && runs[i]?.shadow === false) return joinItems(policy, runs, decisions)
-  }
   const value = listValues.get(runs)
   if (value !== undefined) return value
   if (!filled.has(policy)) fill(policy)
@@ -103,11 +104,11 @@ function policyValue (input: DecisionInput, decisions: ReadonlyArray<RawDecision
 }
 
 /**
- * `t`: seconds until the quota is fully restored (admitted) or until this
- * policy admits again (refused), at most `w`. Only a penalty may say more (the
- * documented exception): the client must wait it out. Capping matters for the
- * sliding window, whose weighted previous window can keep part of the quota
- * busy up to one more window; Retry-After on a 429 stays exact.
+ * X-RateLimit-Reset: seconds until the quota is fully restored (admitted) or
+ * until this policy admits again (refused), at most `w`. Only a penalty may
+ * say more (the documented exception): the client must wait it out. Capping
+ * matters for the sliding window, whose weighted previous window can keep part
+ * of the quota busy up to one more window; Retry-After on a 429 stays exact.
  */
 function resetSeconds (decision: RawDecision, header: RunHeader): number {
   const seconds = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
@@ -119,9 +120,18 @@ function remainingShown (decision: RawDecision, cost: number, charge: Charge, he
   return Math.min(shownRemaining(decision, cost, charge), header.quota)
 }
 
+/** `;t=<seconds until r grows by one>`, '' when the quota is full; on a refusal never later than Retry-After. */
+function nextParam (decision: RawDecision, retrySeconds: number | undefined): string {
+  const seconds = decision.penalized === true ? retryAfterSeconds(decision.retryAfterMs) : secondsCeil(decision.nextMs)
+  if (seconds === 0) return ''
+  return `;t=${retrySeconds === undefined ? seconds : Math.min(seconds, retrySeconds)}`
+}
+
+/** `RateLimit`: every enforced block decided; on a refusal only the refusing ones. */
 function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
   const { policy, runs, costs } = input
-  const { decisions, charge } = evaluation
+  const { decisions, charge, rejected } = evaluation
+  const retrySeconds = rejected ? evaluation.retrySeconds : undefined
   let value = ''
   for (let i = 0; i < runs.length; i++) {
     const run = runs[i]
@@ -129,8 +139,9 @@ function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
     const block = policy.blocks[i]
     const cost = costs[i]
     if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) continue
+    if (rejected && decision.allowed) continue
     const header = runHeader(run, block)
-    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, cost, charge, header)};t=${resetSeconds(decision, header)}`
+    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, cost, charge, header)}${nextParam(decision, retrySeconds)}`
   }
   return value
 }
@@ -143,8 +154,7 @@ function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
 export type HeaderWriter = (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void
 
 const writeIetf: HeaderWriter = (reply, input, evaluation) => {
-  // Both fields list the same policies: a deny-cache answer knows only some blocks, so both show those.
-  const policyHeader = policyValue(input, evaluation.decisions)
+  const policyHeader = policyValue(input)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
   const value = rateLimitValue(input, evaluation)
@@ -170,6 +180,24 @@ const writeBoth: HeaderWriter = (reply, input, evaluation) => {
 }
 
 const writeNone: HeaderWriter = () => {}
+
+const IETF_FIELDS = ['ratelimit', 'ratelimit-policy']
+const LEGACY_FIELDS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']
+
+/**
+ * An onSend hook that drops the fields from a 3xx (304 included): the status is
+ * known only once the handler (or an etag plugin's onSend) has set it.
+ * Undefined when the mode writes no field.
+ */
+export function redirectGuard (mode: HeaderMode): ((request: unknown, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => void) | undefined {
+  if (mode === false) return undefined
+  const fields = mode === 'ietf' ? IETF_FIELDS : mode === 'legacy' ? LEGACY_FIELDS : [...IETF_FIELDS, ...LEGACY_FIELDS]
+  return function rateLimitRedirectGuard (_request, reply, payload, done) {
+    const status = reply.statusCode
+    if (status >= 300 && status < 400) for (const field of fields) reply.removeHeader(field)
+    done(null, payload)
+  }
+}
 
 /** Picks the writer once at startup, so requests never branch on the mode. */
 export function headerWriter (mode: HeaderMode): HeaderWriter {

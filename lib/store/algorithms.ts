@@ -30,6 +30,11 @@ export interface RawDecision {
   resetMs: number
   /** 0 when admitted; otherwise the earliest ms from now at which the same request could be admitted. */
   retryAfterMs: number
+  /**
+   * Milliseconds until `remaining` grows by one unit (the RateLimit field's `t`):
+   * when a request of `remaining + 1` units would be admitted; 0 when the quota is full.
+   */
+  nextMs: number
   /** Refused because the identity is serving a penalty (escalation), not by the algorithm alone. */
   penalized?: boolean
 }

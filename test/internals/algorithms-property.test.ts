@@ -76,13 +76,13 @@ for i = 5, #ARGV, 2 do
   local cost, now = ARGV[i], ARGV[i + 1]
   calls = {}
   local r = algorithm({ KEYS[1] }, { limit, w, burst, cost, now })
-  local row = { r[1], r[2], r[3], r[4], table.concat(calls, ',') }
+  local row = { r[1], r[2], r[3], r[4], r[5], table.concat(calls, ',') }
   if r[1] == 0 and tonumber(cost) <= capacity then
     for _, delta in ipairs({ -1, 0 }) do
       realRedis.call('DEL', KEYS[2])
       realRedis.call('COPY', KEYS[1], KEYS[2])
       local p = algorithm({ KEYS[2] }, { limit, w, burst, cost, string.format('%d', tonumber(now) + r[4] + delta) })
-      row[#row + 1] = { p[1], p[2], p[3], p[4] }
+      row[#row + 1] = { p[1], p[2], p[3], p[4], p[5] }
     end
   end
   out[#out + 1] = row
@@ -136,17 +136,18 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
   })
 }
 
-type Row = [number, number, number, number, string, ...Array<[number, number, number, number]>]
+type Lua5 = [number, number, number, number, number]
+type Row = [number, number, number, number, number, string, ...Lua5[]]
 
-function fromLua (r: [number, number, number, number] | Row): RawDecision {
-  for (let i = 0; i < 4; i++) assert.ok(Number.isInteger(r[i]), `integer reply ${JSON.stringify(r)}`)
+function fromLua (r: Lua5 | Row): RawDecision {
+  for (let i = 0; i < 5; i++) assert.ok(Number.isInteger(r[i]), `integer reply ${JSON.stringify(r)}`)
   assert.ok(r[0] === 0 || r[0] === 1, 'allowed is 0 or 1')
-  return { allowed: r[0] === 1, remaining: r[1], resetMs: r[2], retryAfterMs: r[3] }
+  return { allowed: r[0] === 1, remaining: r[1], resetMs: r[2], retryAfterMs: r[3], nextMs: r[4] }
 }
 
 const freeze = <S>(s: S): S => (typeof s === 'object' && s !== null ? Object.freeze(s) : s)
 
-interface Tally { steps: number, rejected: number, probed: number, expired: number }
+interface Tally { steps: number, rejected: number, probed: number, nextProbed: number, expired: number }
 
 function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: BlockParams, admitted: Step[]): void {
   if (algorithm === 'fixed-window' || algorithm === 'sliding-window') {
@@ -185,7 +186,7 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
   for (const algorithm of ALGORITHMS) {
     await t.test(algorithm, async (t) => {
       const model = memoryAlgorithms[algorithm]
-      const tally: Tally = { steps: 0, rejected: 0, probed: 0, expired: 0 }
+      const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0 }
 
       const property = fc.asyncProperty(scenarios(algorithm), async ({ params, steps }) => {
         const { limit, windowMs: w, burst } = params
@@ -221,23 +222,24 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           if (cost > capacity) assert.deepEqual([d.allowed, d.retryAfterMs], [false, w], `${at}: cost above capacity`)
 
           // what the script wrote, and the TTL it set
-          const calls = row[4] === '' ? [] : row[4].split(',')
+          const calls = row[5] === '' ? [] : row[5].split(',')
           const ttls = calls.filter((c) => /^(SET PX|PEXPIRE) /.test(c)).map((c) => Number(c.split(' ').pop()))
           const wrote = calls.some((c) => /^(SET|ZADD|PEXPIRE)\b/.test(c))
           assert.ok(!calls.includes('TIME'), `${at}: no TIME with an injected clock`)
           if (d.allowed) {
             assert.ok(m.state !== undefined, `${at}: the model stores a state when admitting`)
-            assert.equal(ttls.length, 1, `${at}: one TTL per admitted request (${row[4]})`)
+            assert.equal(ttls.length, 1, `${at}: one TTL per admitted request (${row[5]})`)
             assert.equal(ttls[0], m.ttlMs, `${at}: the script's TTL equals the model's ttlMs`)
             assert.ok(m.ttlMs > 0, `${at}: positive TTL`)
             admitted.push({ now, cost })
           } else {
             tally.rejected++
-            assert.ok(!wrote, `${at}: a rejected request writes nothing (${row[4]})`)
+            assert.ok(!wrote, `${at}: a rejected request writes nothing (${row[5]})`)
             if (algorithm !== 'sliding-log') assert.equal(m.state, undefined, `${at}: the model keeps its state`)
           }
-          const maxCalls = algorithm === 'sliding-log' ? 4 : (d.allowed ? 2 : 1)
-          assert.ok(calls.length <= maxCalls, `${at}: ${calls.length} redis.call (${row[4]})`)
+          // sliding-log reads its oldest entry for nextMs (one ZRANGE more than before nextMs existed)
+          const maxCalls = algorithm === 'sliding-log' ? 5 : (d.allowed ? 2 : 1)
+          assert.ok(calls.length <= maxCalls, `${at}: ${calls.length} redis.call (${row[5]})`)
 
           if (m.state !== undefined) {
             stored = m.ttlMs > 0 ? { state: m.state, expiresAt: now + m.ttlMs } : undefined
@@ -247,23 +249,37 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           // retryAfterMs is exact, on copies of the state
           if (!d.allowed && cost <= capacity) {
             tally.probed++
-            const probes = row.slice(5) as Array<[number, number, number, number]>
+            const probes = row.slice(6) as Lua5[]
             assert.equal(probes.length, 2, `${at}: lua probed`)
             const early = model.step(freeze(live(now + d.retryAfterMs - 1)), params, cost, now + d.retryAfterMs - 1)
             const due = model.step(freeze(live(now + d.retryAfterMs)), params, cost, now + d.retryAfterMs)
-            assert.deepEqual(fromLua(probes[0] as [number, number, number, number]), early.decision, `${at}: probe at retryAfter - 1 agrees`)
-            assert.deepEqual(fromLua(probes[1] as [number, number, number, number]), due.decision, `${at}: probe at retryAfter agrees`)
+            assert.deepEqual(fromLua(probes[0] as Lua5), early.decision, `${at}: probe at retryAfter - 1 agrees`)
+            assert.deepEqual(fromLua(probes[1] as Lua5), due.decision, `${at}: probe at retryAfter agrees`)
             assert.equal(early.decision.allowed, false, `${at}: still rejected 1 ms before retryAfterMs=${d.retryAfterMs}`)
             assert.equal(due.decision.allowed, true, `${at}: admitted at retryAfterMs=${d.retryAfterMs}`)
+          }
+          // nextMs (the RateLimit field's t): remaining + 1 units fit exactly nextMs from now, not 1 ms earlier
+          if (d.remaining + 1 > capacity || d.penalized === true) {
+            assert.equal(d.nextMs, 0, `${at}: nextMs is 0 when the quota is full`)
+          } else {
+            tally.nextProbed++
+            assert.ok(d.nextMs > 0, `${at}: nextMs > 0 below a full quota`)
+            assert.ok(d.allowed || cost > capacity || d.nextMs <= d.retryAfterMs, `${at}: one more unit comes no later than the retry`)
+            const more = d.remaining + 1
+            const before = model.step(freeze(live(now + d.nextMs - 1)), params, more, now + d.nextMs - 1)
+            const then = model.step(freeze(live(now + d.nextMs)), params, more, now + d.nextMs)
+            assert.equal(before.decision.allowed, false, `${at}: ${more} units refused 1 ms before nextMs=${d.nextMs}`)
+            assert.equal(then.decision.allowed, true, `${at}: ${more} units admitted at nextMs=${d.nextMs}`)
           }
         })
         checkBounds(algorithm, params, admitted)
       })
 
       await fc.assert(property, { numRuns: NUM_RUNS })
-      t.pass(`${NUM_RUNS} sequences, ${tally.steps} steps, ${tally.rejected} rejected, ${tally.probed} retryAfter probes, ${tally.expired} expired states`)
+      t.pass(`${NUM_RUNS} sequences, ${tally.steps} steps, ${tally.rejected} rejected, ${tally.probed} retryAfter probes, ${tally.nextProbed} nextMs probes, ${tally.expired} expired states`)
       t.ok(tally.rejected > NUM_RUNS, 'the sequences reject often enough to matter')
       t.ok(tally.probed > NUM_RUNS / 2, 'retryAfter was probed')
+      t.ok(tally.nextProbed > NUM_RUNS / 2, 'nextMs was probed')
       t.ok(tally.expired > 0, 'some states expired on the injected clock')
     })
   }

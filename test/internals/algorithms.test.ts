@@ -28,13 +28,13 @@ interface Backend {
 }
 
 function toDecision (raw: unknown): RawDecision {
-  if (!Array.isArray(raw) || raw.length !== 4) throw new Error(`bad script reply ${JSON.stringify(raw)}`)
+  if (!Array.isArray(raw) || raw.length !== 5) throw new Error(`bad script reply ${JSON.stringify(raw)}`)
   for (const v of raw) {
     if (typeof v !== 'number' || !Number.isInteger(v)) throw new Error(`non-integer in script reply ${JSON.stringify(raw)}`)
   }
-  const [allowed, remaining, resetMs, retryAfterMs] = raw as number[]
+  const [allowed, remaining, resetMs, retryAfterMs, nextMs] = raw as number[]
   if (allowed !== 0 && allowed !== 1) throw new Error(`allowed is ${allowed}`)
-  return { allowed: allowed === 1, remaining: remaining as number, resetMs: resetMs as number, retryAfterMs: retryAfterMs as number }
+  return { allowed: allowed === 1, remaining: remaining as number, resetMs: resetMs as number, retryAfterMs: retryAfterMs as number, nextMs: nextMs as number }
 }
 
 async function luaCall (client: Redis, algorithm: AlgorithmName, key: string, p: BlockParams, cost: number, now: number | ''): Promise<RawDecision> {

@@ -11,8 +11,8 @@ import { compileContext } from '../helpers/app.js'
  */
 
 const context = compileContext()
-const admit = (remaining: number): RawDecision => ({ allowed: true, remaining, resetMs: 1000, retryAfterMs: 0 })
-const refuse = (retryAfterMs: number): RawDecision => ({ allowed: false, remaining: 0, resetMs: retryAfterMs, retryAfterMs })
+const admit = (remaining: number): RawDecision => ({ allowed: true, remaining, resetMs: 1000, retryAfterMs: 0, nextMs: 1000 })
+const refuse = (retryAfterMs: number): RawDecision => ({ allowed: false, remaining: 0, resetMs: retryAfterMs, retryAfterMs, nextMs: retryAfterMs })
 
 test('enforced blocks: the refusal with the latest retry binds; otherwise the fewest units left', async (t) => {
   const policy = compilePolicy([{ limit: 10, window: '1s', name: 'a' }, { limit: 100, window: '1h', name: 'b' }, { limit: 50, window: '1m', name: 'c' }], 'GET', '/x', context, 'declared')

@@ -192,7 +192,7 @@ local function algorithm (KEYS, ARGV)
 ${body}
 end
 local r = algorithm({ KEYS[1] }, ARGV)
-return { r[1], r[2], r[3], r[4], table.concat(calls, ',') }
+return { r[1], r[2], r[3], r[4], r[5], table.concat(calls, ',') }
 `
 }
 
@@ -208,7 +208,7 @@ test('redis.call per path, on a real Redis', async (t) => {
 
   const run = async (name: AlgorithmName, key: string, args: Array<number | string>): Promise<{ reply: number[], calls: string[] }> => {
     const out = await client.eval(recordingHarness(scripts[name].source), 1, key, ...args) as unknown[]
-    return { reply: out.slice(0, 4) as number[], calls: String(out[4]).split(',') }
+    return { reply: out.slice(0, 5) as number[], calls: String(out[5]).split(',') }
   }
 
   const simple: Array<[AlgorithmName, number]> = [['fixed-window', W - 1000], ['sliding-window', 2 * W - 1000], ['token-bucket', 6000], ['gcra', 6000]]
@@ -237,8 +237,8 @@ test('redis.call per path, on a real Redis', async (t) => {
   await run('sliding-log', key, [3, W, 3, 1, B + 1])
   await run('sliding-log', key, [3, W, 3, 1, B + 2])
   const reject = await run('sliding-log', key, [3, W, 3, 1, B + 3])
-  t.same(reject.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE'], 'sliding-log: rejected = 3 calls (retry and reset from one ZRANGE)')
-  t.same(reject.reply, [0, 0, W - 1, W - 3])
+  t.same(reject.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE'], 'sliding-log: rejected = 3 calls (retry, reset and next from one ZRANGE)')
+  t.same(reject.reply, [0, 0, W - 1, W - 3, W - 3])
   const tooBig = await run('sliding-log', key, [3, W, 3, 4, B + 3])
   t.same(tooBig.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE'], 'sliding-log: cost > limit = 3 calls (reset only)')
   const clock = await run('sliding-log', `${key}:clock`, [3, W, 3, 1, ''])
@@ -259,7 +259,8 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(sha, scripts[name].sha, `${name}: SCRIPT LOAD`)
     const key = `${prefix}:{${name}}`
     const reply = await client.evalsha(sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
-    t.equal(reply.length, 4, `${name}: four numbers`)
+    // allowed, remaining, resetMs, retryAfterMs, nextMs (the fifth since the RateLimit field's t became "until one more unit")
+    t.equal(reply.length, 5, `${name}: five numbers`)
     t.ok(reply.every((v) => typeof v === 'number' && Number.isInteger(v)), `${name}: integers ${JSON.stringify(reply)}`)
     t.equal(reply[0], 1, `${name}: admitted`)
     await client.del(key)
@@ -272,6 +273,6 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   const key = `${prefix}:{batch}`
   const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, '', 1, 5, 1000, 5, 1, '', '') as unknown[]
   t.same(batch.slice(0, 2), [1, 1], 'batch: decision 1 ran and admitted')
-  t.equal(batch.length, 5, 'batch: status and four numbers')
+  t.equal(batch.length, 6, 'batch: status and five numbers')
   await client.del(key)
 })

@@ -74,7 +74,7 @@ export class MemoryStore implements Store {
     if (blocked !== undefined) {
       return runs.map((run, i) => {
         const wait = blocked[i]
-        if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, penalized: true }
+        if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, nextMs: wait, penalized: true }
         return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now).decision
       })
     }
@@ -106,7 +106,7 @@ export class MemoryStore implements Store {
       const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, run.params.windowMs, now)
       if (until !== undefined) {
         const wait = until - now
-        decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), penalized: true }
+        decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), nextMs: Math.max(decision.nextMs, wait), penalized: true }
       }
     }
   }

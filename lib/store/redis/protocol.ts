@@ -37,8 +37,8 @@ export const MULTI_STRIDE = 6
 /** Values per block in a batch decision: the multi script's six, then the penalty ('' = none). */
 export const BATCH_STRIDE = MULTI_STRIDE + 1
 
-/** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs. */
-export const DECISION_STRIDE = 4
+/** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
+export const DECISION_STRIDE = 5
 
 /** One decision, peek or refund as the batch script takes it. */
 export interface EncodedCall {
@@ -125,7 +125,7 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
   for (let i = 0; i < values.length; i += DECISION_STRIDE) {
-    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number }
+    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number, nextMs: values[i + 4] as number }
     if (values[i] === 2) decision.penalized = true
     out.push(decision)
   }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { BATCH_STRIDE, MULTI_STRIDE } from './protocol.js'
+import { BATCH_STRIDE, DECISION_STRIDE, MULTI_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -58,7 +58,7 @@ local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).joi
 function header (what: string, sources: ScriptSources): string {
   return `#!lua
 -- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-local MULTI_STRIDE, BATCH_STRIDE = ${MULTI_STRIDE}, ${BATCH_STRIDE}
+local MULTI_STRIDE, BATCH_STRIDE, DECISION_STRIDE = ${MULTI_STRIDE}, ${BATCH_STRIDE}, ${DECISION_STRIDE}
 ${sources.prelude}`
 }
 

@@ -1,0 +1,100 @@
+import type { GcraState, MemoryAlgorithm, TokenBucketState } from './algorithms.js'
+import { cdiv, decision, idiv } from './math.js'
+
+/** The bucket as of `now`: stored tokens plus the refill since, up to the capacity (scaled by the window). */
+function refill (state: TokenBucketState | undefined, limit: number, w: number, burst: number, now: number): { tokens: number, base: number, cap: number } {
+  const cap = burst * w
+  if (state === undefined) return { tokens: cap, base: now, cap }
+  let st = state.tokens
+  if (st > cap) st = cap
+  if (st < 0) st = 0
+  let base = now
+  let elapsed = now - state.ts
+  if (elapsed < 0) {
+    elapsed = 0
+    base = state.ts
+  }
+  const maxElapsed = idiv(cap, limit) + 1
+  if (elapsed > maxElapsed) elapsed = maxElapsed
+  const gain = elapsed * limit
+  return { tokens: gain >= cap - st ? cap : st + gain, base, cap }
+}
+
+export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
+  step (state, { limit, windowMs: w, burst }, cost, now) {
+    now = Math.floor(now)
+    const refilled = refill(state, limit, w, burst, now)
+    const { base, cap } = refilled
+    let tokens = refilled.tokens
+    const lag = base - now
+    const resetMs = (t: number): number => t >= cap ? 0 : lag + cdiv(cap - t, limit)
+    // ms until the bucket holds one more whole token; 0 = full
+    const nextMs = (t: number): number => t >= cap ? 0 : lag + cdiv((idiv(t, w) + 1) * w - t, limit)
+    if (cost > burst) {
+      return { decision: decision(false, idiv(tokens, w), resetMs(tokens), w, nextMs(tokens)), state: undefined, ttlMs: 0 }
+    }
+    const need = cost * w
+    if (tokens < need) {
+      return { decision: decision(false, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit), nextMs(tokens)), state: undefined, ttlMs: 0 }
+    }
+    tokens = tokens - need
+    const reset = resetMs(tokens)
+    return { decision: decision(true, idiv(tokens, w), reset, 0, nextMs(tokens)), state: { tokens, ts: base }, ttlMs: reset }
+  },
+  refund (state, { limit, windowMs: w, burst }, cost, now) {
+    // the bucket as of now, plus the tokens, up to its capacity (same steps as the Lua '2' mode)
+    now = Math.floor(now)
+    const refilled = refill(state, limit, w, burst, now)
+    const { base, cap } = refilled
+    let tokens = refilled.tokens
+    tokens = tokens + cost * w
+    if (tokens >= cap) return { state: undefined, ttlMs: 0 }
+    return { state: { tokens, ts: base }, ttlMs: base - now + cdiv(cap - tokens, limit) }
+  }
+}
+
+/**
+ * max(0, TAT − now) in units of 1/limit ms, capped at the tolerance `cap`
+ * (a TAT further ahead, after a clock step back, counts as a full tolerance).
+ */
+function debt (state: GcraState | undefined, limit: number, cap: number, now: number): number {
+  if (state === undefined || state.tatMs < now) return 0
+  let dMs = state.tatMs - now
+  const maxMs = idiv(cap, limit) + 1
+  if (dMs > maxMs) dMs = maxMs
+  const d = dMs * limit + state.frac
+  return d > cap ? cap : d
+}
+
+/** ms until the debt leaves room for one more whole unit; 0 = no debt (Lua: nextMs). */
+function debtNextMs (d: number, cap: number, limit: number, w: number): number {
+  return d <= 0 ? 0 : cdiv(d - (cap - (idiv(cap - d, w) + 1) * w), limit)
+}
+
+export const gcra: MemoryAlgorithm<GcraState> = {
+  step (state, { limit, windowMs: w, burst }, cost, now) {
+    now = Math.floor(now)
+    const cap = burst * w
+    const d = debt(state, limit, cap, now)
+    if (cost > burst) {
+      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), w, debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
+    }
+    const nd = d + cost * w
+    if (nd > cap) {
+      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
+    }
+    const whole = idiv(nd, limit)
+    const reset = cdiv(nd, limit)
+    return { decision: decision(true, idiv(cap - nd, w), reset, 0, debtNextMs(nd, cap, limit, w)), state: { tatMs: now + whole, frac: nd - whole * limit }, ttlMs: reset }
+  },
+  refund (state, { limit, windowMs: w, burst }, cost, now) {
+    now = Math.floor(now)
+    const cap = burst * w
+    const d = debt(state, limit, cap, now)
+    const rd = d - cost * w
+    if (rd <= 0) return { state: undefined, ttlMs: 0 }
+    const whole = idiv(rd, limit)
+    return { state: { tatMs: now + whole, frac: rd - whole * limit }, ttlMs: cdiv(rd, limit) }
+  }
+}
+

@@ -1,0 +1,102 @@
+import type { MemoryAlgorithm } from './algorithms.js'
+import { decision, idiv } from './math.js'
+import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
+
+export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
+  step (state, { limit, windowMs: w }, cost, now) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    let count = 0
+    if (state !== undefined && state.idx === idx) count = state.count
+    const toEnd = (idx + 1) * w - now
+    const available = Math.max(0, limit - count)
+    if (cost > limit) {
+      return { decision: decision(false, available, count > 0 ? toEnd : 0, w, count > 0 ? toEnd : 0), state: undefined, ttlMs: 0 }
+    }
+    if (count + cost > limit) {
+      return { decision: decision(false, available, toEnd, toEnd, toEnd), state: undefined, ttlMs: 0 }
+    }
+    count = count + cost
+    return { decision: decision(true, limit - count, toEnd, 0, toEnd), state: { idx, count }, ttlMs: toEnd }
+  },
+  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    const count = state !== undefined && state.idx === idx ? state.count : 0
+    if (count === 0 || idiv(now - elapsedMs, w) !== idx) return undefined
+    return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: (idx + 1) * w - now }
+  }
+}
+
+/** ms until a refused `cost` fits: earliest e with floor(prev * (W - e) / W) <= limit - cost - cur (Lua: retryMs). */
+function windowRetryMs (cur: number, prev: number, limit: number, cost: number, w: number, elapsed: number): number {
+  const room = limit - cost - cur
+  if (room >= 0 && prev > 0) {
+    let e = w - idiv((room + 1) * w - 1, prev)
+    if (e <= elapsed) e = elapsed + 1
+    if (e < w) return e - elapsed
+  }
+  // next window: prev = cur, cur = 0; earliest e with floor(cur * (W - e) / W) <= limit - cost
+  let e = 0
+  if (cur > 0) {
+    e = w - idiv((limit - cost + 1) * w - 1, cur)
+    if (e < 0) e = 0
+  }
+  return w - elapsed + e
+}
+
+/** ms until `available` grows by one unit: when available + 1 units would fit; 0 = full (Lua: nextMs). */
+function windowNextMs (cur: number, prev: number, limit: number, available: number, w: number, elapsed: number): number {
+  return available >= limit ? 0 : windowRetryMs(cur, prev, limit, available + 1, w, elapsed)
+}
+
+/** The counts [cur, prev] of the current and previous window; zero when stale or absent (Lua: readCounts). */
+function counts (state: SlidingWindowState | undefined, idx: number): [number, number] {
+  if (state === undefined) return [0, 0]
+  if (state.idx === idx) return [state.cur, state.prev]
+  return state.idx === idx - 1 ? [0, state.cur] : [0, 0]
+}
+
+export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
+  step (state, { limit, windowMs: w }, cost, now) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    const elapsed = now - idx * w
+    let [cur, prev] = counts(state, idx)
+    const resetMs = (c: number, p: number): number => {
+      if (c > 0) return (idx + 1) * w + w - idiv(w - 1, c) - now
+      if (p > 0) {
+        const e = w - idiv(w - 1, p)
+        if (e > elapsed) return e - elapsed
+      }
+      return 0
+    }
+    const estimate = idiv(prev * (w - elapsed), w) + cur
+    const available = Math.max(0, limit - estimate)
+    if (cost > limit) {
+      return { decision: decision(false, available, resetMs(cur, prev), w, windowNextMs(cur, prev, limit, available, w, elapsed)), state: undefined, ttlMs: 0 }
+    }
+    if (estimate + cost > limit) {
+      const retry = windowRetryMs(cur, prev, limit, cost, w, elapsed)
+      return { decision: decision(false, available, resetMs(cur, prev), retry, windowNextMs(cur, prev, limit, available, w, elapsed)), state: undefined, ttlMs: 0 }
+    }
+    cur = cur + cost
+    const remaining = limit - estimate - cost
+    return {
+      decision: decision(true, remaining, resetMs(cur, prev), 0, windowNextMs(cur, prev, limit, remaining, w, elapsed)),
+      state: { idx, cur, prev },
+      ttlMs: (idx + 2) * w - now
+    }
+  },
+  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    let [cur, prev] = counts(state, idx)
+    const atIdx = idiv(now - elapsedMs, w)
+    if (atIdx === idx && cur > 0) cur = Math.max(0, cur - cost)
+    else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)
+    else return undefined
+    return { state: { idx, cur, prev }, ttlMs: (idx + 2) * w - now }
+  }
+}
+

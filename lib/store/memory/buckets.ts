@@ -97,4 +97,3 @@ export const gcra: MemoryAlgorithm<GcraState> = {
     return { state: { tatMs: now + whole, frac: rd - whole * limit }, ttlMs: cdiv(rd, limit) }
   }
 }
-

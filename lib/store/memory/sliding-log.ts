@@ -44,4 +44,3 @@ export const slidingLog: MemoryAlgorithm<SlidingLogState> = {
     return { decision: decision(false, available, (log[count - 1] as number) + w - now, retry, nextMs), state: pruned, ttlMs }
   }
 }
-

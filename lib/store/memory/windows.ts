@@ -99,4 +99,3 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
     return { state: { idx, cur, prev }, ttlMs: (idx + 2) * w - now }
   }
 }
-

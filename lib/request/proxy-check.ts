@@ -7,8 +7,9 @@ import { fastifyTrustProxy } from '../keys/ip.js'
  * `trustProxy` off, `request.ip` is the proxy and every caller shares one
  * bucket. Checked on every limited route, not only those keyed by 'ip': the
  * identity fallback, `allowList` and most `by` functions read `request.ip` too.
- * Once per process (process-warning); the route hook tests `.emitted` first,
- * so after the warning a request costs one boolean.
+ * Once per process (process-warning). Each route hook keeps one boolean: it
+ * stops checking once its server is known to trust its proxy, or once the
+ * warning has been emitted, so from then on a request costs that boolean.
  */
 
 /** Per Fastify instance: why its trustProxy ignores X-Forwarded-For, or undefined when it honours it. */
@@ -31,15 +32,20 @@ function reasonFor (server: object): string | undefined {
   return reason
 }
 
-/** Warns (once per process) when a forwarding header reaches a server that does not trust its proxy. */
-export function checkForwarded (request: FastifyRequest): void {
+/**
+ * Warns (once per process) when a forwarding header reaches a server that does
+ * not trust its proxy. Returns whether the caller should check its next request.
+ */
+export function checkForwarded (request: FastifyRequest): boolean {
+  if (FST_RRL_FORWARDED_UNTRUSTED.emitted) return false
+  const reason = reasonFor(request.server)
+  if (reason === undefined) return false
   const headers = request.headers
   const forwardedFor = headers['x-forwarded-for'] !== undefined
-  if (!forwardedFor && headers.forwarded === undefined) return
-  const reason = reasonFor(request.server)
-  if (reason === undefined) return
+  if (!forwardedFor && headers.forwarded === undefined) return true
   const header = forwardedFor
     ? 'an X-Forwarded-For header'
     : 'a Forwarded header (Fastify reads only X-Forwarded-For: have the proxy send X-Forwarded-For as well)'
   FST_RRL_FORWARDED_UNTRUSTED(header, reason)
+  return false
 }

@@ -2,7 +2,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { SkipPredicate } from './allow-list.js'
 import { evaluate, recordSkip, type DecisionInput, type Evaluation } from '../decide/evaluate.js'
-import { FST_RRL_FORWARDED_UNTRUSTED } from '../errors.js'
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../api/overrides.js'
@@ -58,9 +57,11 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   const refuse = (request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply =>
     runtime.refuse(request, reply, policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
   const checks = skipChecks(policy, runtime.allowList)
+  // proxy-check.ts: false once this route's server trusts its proxy or the warning was given
+  let checkProxy = true
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    if (!FST_RRL_FORWARDED_UNTRUSTED.emitted) checkForwarded(request)
+    if (checkProxy) checkProxy = checkForwarded(request)
     if (checks.length > 0) {
       const startedAt = performance.now()
       const source = await skipSource(policy, checks, request, runtime)

@@ -4,7 +4,8 @@
  * multi-limit route answered by the deny cache, and a penalty:
  *   - every field parses;
  *   - r ≤ q and t ≤ w for every policy (a penalty's t is the documented exception);
- *   - `RateLimit` lists exactly the policies of `RateLimit-Policy`;
+ *   - `RateLimit-Policy` is the same on every response of a route; `RateLimit`
+ *     lists its policies, and only the refusing ones on a 429;
  *   - on a 429, Retry-After is never earlier than a violated policy's t.
  * Requests walk through time with the injected clock.
  */

@@ -56,7 +56,7 @@ app.log.info(redisUrl === undefined || redisUrl === ''
   : `rate limits use Redis at ${new URL(redisUrl).host}`)
 
 if (redisUrl !== undefined && redisUrl !== '') {
-  // The client options the README recommends: fail fast, never resend a lost reply.
+  // The client options docs/operations.md recommends: fail fast, never resend a lost reply.
   await app.register(fastifyRedis, {
     url: redisUrl,
     enableOfflineQueue: false,

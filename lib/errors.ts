@@ -4,7 +4,7 @@ import processWarning from 'process-warning'
 /*
  * Every configuration error fails register or ready, never a request. Messages
  * name the route and the field so the fix is obvious from the stack trace.
- * Codes are listed in the README's error table (a test checks that).
+ * Codes are listed in docs/errors.md (a test checks that).
  */
 
 export const FST_RRL_NO_REDIS = createError(
@@ -99,7 +99,7 @@ export const FST_RRL_REQUEST_VALUE_FAILED = createError(
 export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
   name: 'FastifyRedisRateLimitWarning',
   code: 'FST_RRL_TRUST_PROXY_TRUE',
-  message: 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see the README, Security)'
+  message: 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see docs/security.md)'
 })
 
 /**
@@ -110,7 +110,7 @@ export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
 export const FST_RRL_FORWARDED_UNTRUSTED = processWarning.createWarning({
   name: 'FastifyRedisRateLimitWarning',
   code: 'FST_RRL_FORWARDED_UNTRUSTED',
-  message: 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see the README, Security: proxy trust)'
+  message: 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see docs/security.md, proxy trust)'
 })
 
 /**
@@ -131,7 +131,7 @@ export const FST_RRL_POLICY_NAME_CASE = processWarning.createWarning({
 export const FST_RRL_EVICTION_POLICY = processWarning.createWarning({
   name: 'FastifyRedisRateLimitWarning',
   code: 'FST_RRL_EVICTION_POLICY',
-  message: 'Redis can evict rate limiter keys before their TTL, which silently resets callers\' counts: %s. Set maxmemory-policy noeviction on a Redis that holds limiter keys (see the README, Operations: eviction)'
+  message: 'Redis can evict rate limiter keys before their TTL, which silently resets callers\' counts: %s. Set maxmemory-policy noeviction on a Redis that holds limiter keys (see docs/operations.md, eviction)'
 })
 
 /** Programmatic API (fastify.rateLimit.peek/reset/consume): thrown to the caller, never to a client. */

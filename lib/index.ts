@@ -45,7 +45,7 @@ const PEER = '@fastify/rate-limit'
  */
 function checkConfigKey (fastify: FastifyInstance, configKey: string): void {
   if (configKey === 'rateLimit' && fastify.hasPlugin(PEER)) {
-    const fix = `give this plugin another key, e.g. configKey: 'redisRateLimit' (see README, Migrating from ${PEER})`
+    const fix = 'give this plugin another key, e.g. configKey: \'redisRateLimit\' (see docs/migration.md)'
     throw new FST_RRL_INVALID_OPTION('configKey', `is 'rateLimit', which ${PEER} (registered in this app) also reads from route config: ${fix}`)
   }
 }

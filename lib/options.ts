@@ -72,7 +72,7 @@ export interface ResolvedOptions {
   notFound: RateLimitBlock | RateLimitBlock[] | undefined
 }
 
-/** Every plugin option (the README documents each; test/readme.test.ts checks). */
+/** Every plugin option (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const OPTION_NAMES: ReadonlySet<string> = new Set([
   'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
   'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch',

@@ -1,6 +1,6 @@
 /**
  * When the decision runs (issue 12, item 1): the `hook` option and block field,
- * and the README's auth recipe with the real @fastify/jwt against a real Redis.
+ * and the auth recipe in docs/routes.md with the real @fastify/jwt against a real Redis.
  * Two users behind one address are limited apart only when the decision runs
  * after the hook that authenticates them.
  */

@@ -1,5 +1,5 @@
 /*
- * The exported IP canonicaliser (README, Security: canonical addresses), as a
+ * The exported IP canonicaliser (docs/security.md), as a
  * `by` function would use it.
  */
 import type { FastifyRequest } from 'fastify'

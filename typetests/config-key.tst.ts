@@ -1,5 +1,5 @@
 /*
- * A configKey of the app's own (README, Migrating from @fastify/rate-limit):
+ * A configKey of the app's own (docs/migration.md):
  * the app types the key with RouteRateLimit and the decorator with RateLimitApi.
  */
 import type { FastifyInstance } from 'fastify'

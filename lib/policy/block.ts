@@ -28,7 +28,7 @@ export { FALLBACK_TIER } from './block-fields.js'
  * bad configuration fails startup, never a request.
  */
 
-/** The fields a block may have (the README documents each; test/readme.test.ts checks). */
+/** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
   'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip'

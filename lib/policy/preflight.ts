@@ -5,7 +5,7 @@
  * of its own, is treated as opted out (`rateLimit: false`) whatever the
  * registration order: it does not fail strict mode, it is not reported as
  * declared before the plugin, and policies() lists it as `false`, which is
- * what happens to preflights. See README, "CORS and preflights".
+ * what happens to preflights. See docs/routes.md, "CORS and preflights".
  */
 
 /** The route a CORS plugin adds to accept every preflight. */

@@ -24,7 +24,7 @@ export interface BlockRun {
   local?: BlockParams
 }
 
-/** A compiled `penalty`: see the README's "Penalties" and scripts/penalty.lua. */
+/** A compiled `penalty`: see docs/algorithms.md, "Penalties", and scripts/penalty.lua. */
 export interface Penalty {
   /** Refusals within one window of the block that start a penalty. */
   after: number

@@ -80,7 +80,7 @@ export interface RateLimitBlock {
 
 /** `allowList` as a function, and a block's `skip`: `true` lets the request through unlimited. */
 export type SkipPredicate = (request: FastifyRequest) => boolean | Promise<boolean>
-/** A block's `penalty`: see RateLimitBlock.penalty and the README's "Penalties". */
+/** A block's `penalty`: see RateLimitBlock.penalty and docs/algorithms.md, "Penalties". */
 export interface RateLimitPenalty {
   /** Refusals within one window that start a penalty (1 to 1000). */
   after: number

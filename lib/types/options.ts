@@ -97,7 +97,7 @@ export interface RateLimitPluginOptions {
   /**
    * Coalesce the decisions of one event-loop turn into one script call (per
    * slot on a Cluster); default true. `false` sends one call per decision at
-   * once. See README "Performance".
+   * once. See docs/performance.md.
    */
   batchWrites?: boolean
   /** Decisions per script call, at most (1 to 1024); default 128. */
@@ -125,7 +125,7 @@ export interface RateLimitPluginOptions {
    * The route config key this plugin reads (`config[configKey]`), and the name
    * of its instance decorator (`fastify[configKey]`); default `'rateLimit'`.
    * Another name lets it run beside `@fastify/rate-limit`, which reads
-   * `config.rateLimit` and decorates `fastify.rateLimit`: see README,
+   * `config.rateLimit` and decorates `fastify.rateLimit`: see docs/migration.md,
    * "Migrating from @fastify/rate-limit". Type the new key with
    * `RouteRateLimit` and the decorator with `RateLimitApi` in your own
    * `declare module 'fastify'`.

@@ -8,7 +8,7 @@ import { adminClient, pluginClient, startProxy, startServer, waitFor, type Clien
 
 /*
  * Each fault against a private redis-server (or a proxy in front of one), with
- * a fail-open and a fail-closed route, once with the client options the README
+ * a fail-open and a fail-closed route, once with the client options docs/operations.md
  * recommends and once with a default-configured ioredis client. Measured per
  * run: the worst decision latency during the fault, what each route answered
  * (new callers, whose decisions must reach Redis; and one caller refused before

@@ -5,7 +5,7 @@ import { RECOMMENDED_OPTIONS, startSentinel, waitFor, type ManagedSentinel } fro
 
 /*
  * A master, a replica and one sentinel, started once for this file. The plugin's
- * client finds the master through Sentinel with the options the README
+ * client finds the master through Sentinel with the options docs/operations.md
  * recommends. Under ~50 requests/s, `SENTINEL FAILOVER` promotes the replica:
  * every request is answered within the timeout, enforcement resumes, and the
  * over-admission (requests admitted beyond the limit) is measured.

@@ -92,47 +92,36 @@ export const FST_RRL_REQUEST_VALUE_FAILED = createError(
   500
 )
 
+/** A process warning of this plugin: emitted once per process, silenced like any Node warning. */
+function warning (code: string, message: string): ReturnType<typeof processWarning.createWarning> {
+  return processWarning.createWarning({ name: 'FastifyRedisRateLimitWarning', code, message })
+}
+
 /**
  * Startup warning (once per process, like Fastify's own): `trustProxy: true`
  * trusts X-Forwarded-For from every peer, so any client can pick its own IP.
  */
-export const FST_RRL_TRUST_PROXY_TRUE = processWarning.createWarning({
-  name: 'FastifyRedisRateLimitWarning',
-  code: 'FST_RRL_TRUST_PROXY_TRUE',
-  message: 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see docs/security.md)'
-})
+export const FST_RRL_TRUST_PROXY_TRUE = warning('FST_RRL_TRUST_PROXY_TRUE', 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see docs/security.md)')
 
 /**
  * Runtime warning (once per process): a forwarding header reached a limited
  * route while trustProxy makes Fastify ignore it, so request.ip is the proxy
  * and every client behind it shares one limit. %s: the header, %s: the setting.
  */
-export const FST_RRL_FORWARDED_UNTRUSTED = processWarning.createWarning({
-  name: 'FastifyRedisRateLimitWarning',
-  code: 'FST_RRL_FORWARDED_UNTRUSTED',
-  message: 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see docs/security.md, proxy trust)'
-})
+export const FST_RRL_FORWARDED_UNTRUSTED = warning('FST_RRL_FORWARDED_UNTRUSTED', 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see docs/security.md, proxy trust)')
 
 /**
  * Startup warning (once per process): two policies of one route whose names
  * differ only in case. %s: the route, %s: the two names.
  */
-export const FST_RRL_POLICY_NAME_CASE = processWarning.createWarning({
-  name: 'FastifyRedisRateLimitWarning',
-  code: 'FST_RRL_POLICY_NAME_CASE',
-  message: 'Route %s has rate limit policies whose names differ only in case (%s): headers and problem bodies show both, and clients or dashboards that ignore case will confuse them. Rename one'
-})
+export const FST_RRL_POLICY_NAME_CASE = warning('FST_RRL_POLICY_NAME_CASE', 'Route %s has rate limit policies whose names differ only in case (%s): headers and problem bodies show both, and clients or dashboards that ignore case will confuse them. Rename one')
 
 /**
  * Warning at ready() (once per process): Redis may evict limiter keys before
  * their TTL (every key of ours has one, so allkeys-* and volatile-* both can),
  * which silently resets callers' counts. %s lists the nodes and their policies.
  */
-export const FST_RRL_EVICTION_POLICY = processWarning.createWarning({
-  name: 'FastifyRedisRateLimitWarning',
-  code: 'FST_RRL_EVICTION_POLICY',
-  message: 'Redis can evict rate limiter keys before their TTL, which silently resets callers\' counts: %s. Set maxmemory-policy noeviction on a Redis that holds limiter keys (see docs/operations.md, eviction)'
-})
+export const FST_RRL_EVICTION_POLICY = warning('FST_RRL_EVICTION_POLICY', 'Redis can evict rate limiter keys before their TTL, which silently resets callers\' counts: %s. Set maxmemory-policy noeviction on a Redis that holds limiter keys (see docs/operations.md, eviction)')
 
 /** Programmatic API (fastify.rateLimit.peek/reset/consume): thrown to the caller, never to a client. */
 export const FST_RRL_UNKNOWN_POLICY = createError(

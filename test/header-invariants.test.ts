@@ -10,22 +10,9 @@
  * Requests walk through time with the injected clock.
  */
 import { test, type Test } from 'tap'
-import { parseList } from 'structured-headers'
 import { ALGORITHMS, type RateLimitBlock } from '../lib/index.js'
 import { buildApp, setupStoreApp } from './helpers/app.js'
-
-interface Policy { name: string, q?: number, w?: number, r?: number, t?: number }
-
-function parse (value: string | undefined): Policy[] {
-  if (value === undefined) return []
-  return parseList(value).map(([item, params]) => ({
-    name: String(item),
-    q: params.get('q') as number | undefined,
-    w: params.get('w') as number | undefined,
-    r: params.get('r') as number | undefined,
-    t: params.get('t') as number | undefined
-  }))
-}
+import { parseFields as parse, type FieldItem as Policy } from './helpers/fields.js'
 
 const setup = async (t: Test, store: 'redis' | 'memory', options: Parameters<typeof buildApp>[0] = {}) => await setupStoreApp(t, store, 'hi', options)
 

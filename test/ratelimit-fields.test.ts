@@ -12,23 +12,10 @@
  * RateLimit-Policy.
  */
 import { test, type Test } from 'tap'
-import { parseList } from 'structured-headers'
 import type { LightMyRequestResponse } from 'fastify'
 import { ALGORITHMS, CHANNELS, type DecisionMessage, type RateLimitBlock } from '../lib/index.js'
 import { listenChannel, setupStoreApp, type TestClock } from './helpers/app.js'
-
-interface Item { name: string, q?: number, w?: number, r?: number, t?: number }
-
-function items (value: unknown): Item[] {
-  if (typeof value !== 'string') return []
-  return parseList(value).map(([item, params]) => ({
-    name: String(item),
-    q: params.get('q') as number | undefined,
-    w: params.get('w') as number | undefined,
-    r: params.get('r') as number | undefined,
-    t: params.get('t') as number | undefined
-  }))
-}
+import { parseFields as items, type FieldItem as Item } from './helpers/fields.js'
 
 /** A deterministic stream of numbers in [0, 1): the same walk on every run. */
 function random (seed: number): () => number {

@@ -51,8 +51,8 @@ test('two instances, 200 concurrent requests, limit 25: exactly 25 admitted, for
     const after = await request(`${(fleet[0] as typeof fleet[0]).base}/${algorithm}`, { headers: { 'x-user': 'one-identity' } })
     await after.body.dump()
     t.equal(after.statusCode, 429, `${algorithm}: state agrees after the burst`)
-    // t is the retry capped at w (3600 s): never later than Retry-After.
-    t.equal(after.headers['ratelimit'], `"get-${algorithm}";r=0;t=${Math.min(Number(after.headers['retry-after']), 3600)}`)
+    // draft-10 §4.1.2: t is when one more unit frees, never later than Retry-After.
+    t.equal(after.headers['ratelimit'], `"get-${algorithm}";r=0;t=${Number(after.headers['retry-after'])}`, 'r=0: one more unit frees at the retry of a one-unit request, so t = Retry-After')
   }
   for (const member of fleet) t.equal(member.app.rateLimit.stats().degraded, 0)
 })

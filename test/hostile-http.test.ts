@@ -104,8 +104,8 @@ test('hostile identity values over real sockets', async (t) => {
     } else {
       const retry = Number(reply.headers['retry-after'])
       t.ok(Number.isInteger(retry) && retry >= 1 && retry <= 120, `${label}: Retry-After ${reply.headers['retry-after']}`)
-      // t is this policy's retry, capped at w (60): never later than Retry-After.
-      t.equal(reply.headers.ratelimit, `"${name}";r=0;t=${Math.min(retry, 60)}`, `${label}: RateLimit on the 429`)
+      // t is when one more unit frees (draft-10 §4.1.2); with r=0 and a one-unit request that is the retry: t = Retry-After.
+      t.equal(reply.headers.ratelimit, `"${name}";r=0;t=${retry}`, `${label}: RateLimit on the 429`)
       t.match(reply.headers['content-type'], /^application\/problem\+json/)
       const problem = JSON.parse(reply.body)
       t.same(Object.keys(problem).sort(), ['detail', 'instance', 'status', 'title', 'type', 'violated-policies'])

@@ -3,96 +3,81 @@
 -- Its wire format is lib/store/redis/protocol.ts's:
 --
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for the whole batch)
---   then per decision d, in order: blocks n, mode ('' = decide, '1' = peek,
---   'r<ms>' = refund), then per block the multi script's six values
---   (algorithm number, limit, windowMs, burst, cost, shadow) and a penalty
---   spec ('' or 'after:forMs:backoff:maxMs'): BATCH_STRIDE values; decision
---   d's n block keys, then one penalty key per block with a spec, follow the
---   previous decisions' keys in KEYS.
+--   ARGV[2]   S, the number of distinct block specs in this batch, then S
+--             specs of SPEC_STRIDE values: algorithm number, limit, windowMs,
+--             burst, shadow ('1' = decided and recorded, never blocks), penalty
+--             ('' or 'after:forMs:backoff:maxMs')
+--   then per decision, in order, either
+--     s, cost          (s > 0) one block of spec s, charged, no penalty: the
+--                      common case; its one key is next in KEYS
+--     0, n, mode, then n pairs (spec, cost)
+--                      any decision: mode '' = charge, '1' = peek, 'r<ms>' =
+--                      refund; its n block keys, then one penalty key per block
+--                      whose spec has a penalty, are next in KEYS
 --
--- A one-block decision runs its algorithm once (no dry pass to pay for); a
--- multi-block one runs the multi driver (all-or-nothing). Each decision runs
--- under pcall, so one bad key (WRONGTYPE) fails that decision alone; a
--- failing decision has written nothing, because every algorithm reads its key
--- before it writes and the multi driver writes only after every dry pass.
--- Penalties: see penalty.lua.
+-- The common case runs its algorithm straight: no table, no closure per
+-- decision. Several blocks go through decideAll (all-or-nothing). Each
+-- decision runs under pcall, so one bad key (WRONGTYPE) fails that decision
+-- alone; a failing decision has written nothing, because every algorithm
+-- reads its key before it writes and decideAll writes only after every dry
+-- pass. Penalties: see penalty.lua.
 --
 -- Reply, per decision in order: 1 followed by its values (DECISION_STRIDE per
 -- block for a decision or a peek: allowed (0, 1, or 2 for a penalty),
 -- remaining, resetMs, retryAfterMs, nextMs; 1 per block for a refund), or 0
 -- followed by the error text.
-local STRIDE = BATCH_STRIDE
-local function runBlock (key, argv, b, mode, now)
-  if string.sub(mode, 1, 1) == 'r' then
-    return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, '2', string.sub(mode, 2) })
-  end
-  return algorithms[tonumber(argv[b])]({ key }, { argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], now, mode })
+local now = nowMs(ARGV[1])
+local specs = tonumber(ARGV[2])
+local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
+for s = 1, specs do
+  local b = 3 + (s - 1) * SPEC_STRIDE
+  sFn[s] = algorithms[tonumber(ARGV[b])]
+  sLimit[s], sWindow[s], sBurst[s] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  sShadow[s] = ARGV[b + 4] == '1'
+  sPenalty[s] = ARGV[b + 5]
 end
--- Penalty keys follow the block keys, one per block with a spec: block i's, or nil.
-local function penaltyKeys (at, k, n)
-  local pkeys = {}
-  local p = k + n
-  for i = 1, n do
-    if ARGV[at + (i - 1) * STRIDE + 6] ~= '' then
-      pkeys[i] = KEYS[p]
-      p = p + 1
-    end
-  end
-  return pkeys
-end
+
 -- Per enforced block serving a penalty, the ms left of it; nil when none is.
-local function penalized (at, n, pkeys, now)
+local function penalized (spec, pkeys, n)
   local blocked = nil
   for i = 1, n do
-    local b = at + (i - 1) * STRIDE
-    if pkeys[i] and ARGV[b + 5] ~= '1' then
+    if pkeys[i] and not sShadow[spec[i]] then
       local untilMs = penaltyRead(pkeys[i])
-      if untilMs > tonumber(now) then
+      if untilMs > now then
         blocked = blocked or {}
-        blocked[i] = untilMs - tonumber(now)
+        blocked[i] = untilMs - now
       end
     end
   end
   return blocked
 end
+
 -- A decision refused by penalties: each penalized block answers 2, the others are only peeked.
-local function refusedByPenalty (at, k, n, blocked, now)
+local function refusedByPenalty (keys, spec, cost, n, blocked)
   local out = {}
   for i = 1, n do
+    local o = (i - 1) * DECISION_STRIDE
     if blocked[i] then
-      out[#out + 1] = 2
-      out[#out + 1] = 0
-      out[#out + 1] = blocked[i]
-      out[#out + 1] = blocked[i]
-      out[#out + 1] = blocked[i]
+      local wait = blocked[i]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 2, 0, wait, wait, wait
     else
-      local r = runBlock(KEYS[k + i - 1], ARGV, at + (i - 1) * STRIDE, '1', now)
-      for j = 1, DECISION_STRIDE do out[#out + 1] = r[j] end
+      local s = spec[i]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = sFn[s](keys[i], sLimit[s], sWindow[s], sBurst[s], cost[i], now, 1)
     end
   end
   return out
 end
--- The blocks themselves: one algorithm run for one block, the multi driver for several.
-local function decideBlocks (at, k, n, mode, now)
-  if n == 1 then return runBlock(KEYS[k], ARGV, at, mode, now) end
-  local keys = {}
-  local argv = { now, mode }
-  for i = 1, n do
-    keys[i] = KEYS[k + i - 1]
-    for j = 0, MULTI_STRIDE - 1 do argv[#argv + 1] = ARGV[at + (i - 1) * STRIDE + j] end
-  end
-  return multi(keys, argv)
-end
+
 -- A charge's refusals by blocks with a penalty: each counts one; one that starts a penalty answers 2.
-local function countRefusals (at, n, pkeys, r, now)
+local function countRefusals (spec, pkeys, n, r)
   for i = 1, n do
-    local b = at + (i - 1) * STRIDE
+    local s = spec[i]
     local o = (i - 1) * DECISION_STRIDE
-    if pkeys[i] and ARGV[b + 5] ~= '1' and r[o + 1] ~= 1 then
-      local untilMs = penaltyRefused(pkeys[i], ARGV[b + 6], tonumber(ARGV[b + 2]), tonumber(now))
+    if pkeys[i] and not sShadow[s] and r[o + 1] ~= 1 then
+      local untilMs = penaltyRefused(pkeys[i], sPenalty[s], sWindow[s], now)
       if untilMs then
         -- a penalty's wait is the documented exception: reset, retry and next all wait it out
-        local wait = untilMs - tonumber(now)
+        local wait = untilMs - now
         r[o + 1] = 2
         for j = 3, 5 do
           if r[o + j] < wait then r[o + j] = wait end
@@ -101,37 +86,73 @@ local function countRefusals (at, n, pkeys, r, now)
     end
   end
 end
--- One decision: n blocks whose values start at ARGV[at], keys at KEYS[k]; returns its reply values.
-local function decide (at, k, n, mode, now)
-  local pkeys = penaltyKeys(at, k, n)
-  if string.sub(mode, 1, 1) ~= 'r' then
-    local blocked = penalized(at, n, pkeys, now)
-    if blocked then return refusedByPenalty(at, k, n, blocked, now) end
-  end
-  local r = decideBlocks(at, k, n, mode, now)
-  if mode == '' then countRefusals(at, n, pkeys, r, now) end
-  return r
-end
-local now = ARGV[1]
-if now == nil or now == '' then now = redisNow() end
-local out = {}
-local at = 2
-local k = 1
-while at <= #ARGV do
-  local n = tonumber(ARGV[at])
-  local mode = ARGV[at + 1]
-  local ok, r = pcall(decide, at + 2, k, n, mode, now)
-  if ok then
-    out[#out + 1] = 1
-    for i = 1, #r do out[#out + 1] = r[i] end
-  else
-    out[#out + 1] = 0
-    if type(r) == 'table' and r.err ~= nil then out[#out + 1] = r.err else out[#out + 1] = tostring(r) end
-  end
-  k = k + n
+
+-- Any decision: n blocks whose (spec, cost) pairs start at ARGV[at], keys at KEYS[k].
+local function decide (at, k, n, modeArg)
+  local mode, elapsed = modeOf(modeArg)
+  local keys, spec, cost, pkeys = {}, {}, {}, {}
+  local fns, limits, windows, bursts, shadows = {}, {}, {}, {}, {}
+  local p = k + n
   for i = 1, n do
-    if ARGV[at + 2 + (i - 1) * STRIDE + 6] ~= '' then k = k + 1 end
+    local s = tonumber(ARGV[at + (i - 1) * 2])
+    keys[i], spec[i], cost[i] = KEYS[k + i - 1], s, tonumber(ARGV[at + (i - 1) * 2 + 1])
+    fns[i], limits[i], windows[i], bursts[i], shadows[i] = sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s]
+    if sPenalty[s] ~= '' then
+      pkeys[i] = KEYS[p]
+      p = p + 1
+    end
   end
-  at = at + 2 + n * STRIDE
+  if mode ~= 2 then
+    local blocked = penalized(spec, pkeys, n)
+    if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
+  end
+  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, elapsed, now)
+  if mode == 0 then countRefusals(spec, pkeys, n, r) end
+  return r, p
+end
+
+-- An error reply's text, whatever redis.call raised.
+local function errorText (e)
+  if type(e) == 'table' and e.err ~= nil then return e.err end
+  return tostring(e)
+end
+
+local out = {}
+local o = 0
+local at = 3 + specs * SPEC_STRIDE
+local k = 1
+local last = #ARGV
+while at <= last do
+  local s = tonumber(ARGV[at])
+  if s > 0 then
+    local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], tonumber(ARGV[at + 1]), now, 0)
+    if ok then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, a, r, reset, retry, nextMs
+      o = o + 6
+    else
+      out[o + 1], out[o + 2] = 0, errorText(a)
+      o = o + 2
+    end
+    k = k + 1
+    at = at + 2
+  else
+    local n = tonumber(ARGV[at + 1])
+    local ok, r, nextKey = pcall(decide, at + 3, k, n, ARGV[at + 2])
+    if ok then
+      out[o + 1] = 1
+      for i = 1, #r do out[o + 1 + i] = r[i] end
+      o = o + 1 + #r
+      k = nextKey
+    else
+      out[o + 1], out[o + 2] = 0, errorText(r)
+      o = o + 2
+      -- the keys of a failed decision: its blocks, then its penalty keys
+      k = k + n
+      for i = 1, n do
+        if sPenalty[tonumber(ARGV[at + 3 + (i - 1) * 2])] ~= '' then k = k + 1 end
+      end
+    end
+    at = at + 3 + n * 2
+  end
 end
 return out

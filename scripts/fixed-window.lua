@@ -1,15 +1,14 @@
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
---   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
---   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+--   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
+--   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- State: one string "idx:count" (window index, units consumed in that window).
 -- A stored index other than the current one counts as zero, so a stale key
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
--- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-return function (KEYS, ARGV)
-  local key = KEYS[1]
-  local limit, w, _, cost, now, dry = blockArgs(ARGV)
+-- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Calls: GET (+ SET PX when admitted).
+return function (key, limit, w, _, cost, now, mode, elapsed)
 
   local idx = idiv(now, w)
   local count = 0
@@ -23,13 +22,13 @@ return function (KEYS, ARGV)
 
   local toEnd = (idx + 1) * w - now
 
-  if ARGV[6] == '2' then
+  if mode == 2 then
     -- refund, only while the window it was spent in is still the current one
-    if count == 0 or idiv(now - (tonumber(ARGV[7]) or 0), w) ~= idx then return { 0 } end
+    if count == 0 or idiv(now - elapsed, w) ~= idx then return 0 end
     count = count - cost
     if count < 0 then count = 0 end
     redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
-    return { 1 }
+    return 1
   end
   local available = limit - count
   if available < 0 then available = 0 end
@@ -38,14 +37,14 @@ return function (KEYS, ARGV)
     -- can never be admitted
     local reset = 0
     if count > 0 then reset = toEnd end
-    return { 0, available, reset, w, reset }
+    return 0, available, reset, w, reset
   end
   if count + cost > limit then
     -- count > 0 here, so the quota is restored when the window ends
-    return { 0, available, toEnd, toEnd, toEnd }
+    return 0, available, toEnd, toEnd, toEnd
   end
 
   count = count + cost
-  if not dry then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
-  return { 1, limit - count, toEnd, 0, toEnd }
+  if mode == 0 then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
+  return 1, limit - count, toEnd, 0, toEnd
 end

@@ -1,17 +1,22 @@
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
 -- a fresh key admits `burst` units at once, then one unit every I ms.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
---   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
---   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+--   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
+--   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- Exact integer arithmetic in units of 1/limit ms, relative to now: I = W units and
 -- the tolerance window is burst * W units (<= 8.64e15 < 2^53).
 -- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
--- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
-return function (KEYS, ARGV)
-  local key = KEYS[1]
-  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
+-- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Calls: GET (+ SET PX when admitted).
+-- ms until the debt d leaves room for one more whole unit; 0 = no debt (full)
+local function nextMs (debt, cap, limit, w)
+  if debt <= 0 then return 0 end
+  return cdiv(debt - (cap - (idiv(cap - debt, w) + 1) * w), limit)
+end
+
+return function (key, limit, w, burst, cost, now, mode)
 
   local cap = burst * w
   -- d = max(0, TAT - now) in units of 1/limit ms
@@ -31,34 +36,28 @@ return function (KEYS, ARGV)
     end
   end
 
-  -- ms until the debt d leaves room for one more whole unit; 0 = no debt (full)
-  local function nextMs (debt)
-    if debt <= 0 then return 0 end
-    return cdiv(debt - (cap - (idiv(cap - debt, w) + 1) * w), limit)
-  end
-
-  if ARGV[6] == '2' then
+  if mode == 2 then
     -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
     local rd = d - cost * w
     if rd <= 0 then
       redis.call('DEL', key)
-      return { 1 }
+      return 1
     end
     local rwhole = idiv(rd, limit)
     redis.call('SET', key, string.format('%d:%d', now + rwhole, rd - rwhole * limit), 'PX', cdiv(rd, limit))
-    return { 1 }
+    return 1
   end
 
   if cost > burst then
-    return { 0, idiv(cap - d, w), cdiv(d, limit), w, nextMs(d) }
+    return 0, idiv(cap - d, w), cdiv(d, limit), w, nextMs(d, cap, limit, w)
   end
   local nd = d + cost * w
   if nd > cap then
-    return { 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d) }
+    return 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d, cap, limit, w)
   end
 
   local whole = idiv(nd, limit)
   local reset = cdiv(nd, limit)
-  if not dry then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
-  return { 1, idiv(cap - nd, w), reset, 0, nextMs(nd) }
+  if mode == 0 then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
+  return 1, idiv(cap - nd, w), reset, 0, nextMs(nd, cap, limit, w)
 end

@@ -1,7 +1,9 @@
 -- The multi-limit driver: every block of one request in one call, all-or-nothing.
--- Shared by the multi script (this driver on its own, which the multi-limit
--- property test holds to the memory store) and the batch script (batch.lua).
+-- `decideAll` is shared by the multi script (`multi`, this driver on its own,
+-- which the multi-limit property test holds to the memory store) and the batch
+-- script (batch.lua, for decisions of several blocks).
 --
+-- The multi script's layout:
 --   KEYS[i]   state key of block i (all keys of one request share one hash tag)
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
@@ -17,37 +19,50 @@
 -- A block's dry decision equals its real one (same state, same now), so the
 -- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
 -- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
-local function multi (KEYS, ARGV)
-  local now = ARGV[1]
-  if now == nil or now == '' then now = redisNow() end
-  local n = #KEYS
-  if string.sub(ARGV[2], 1, 1) == 'r' then
-    -- refund mode ('r<elapsedMs>'): give back each block's cost, spent elapsedMs ago
-    local elapsed = string.sub(ARGV[2], 2)
+
+-- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's elapsed ms.
+local function modeOf (arg)
+  if arg == '1' then return 1, 0 end
+  if string.sub(arg, 1, 1) == 'r' then return 2, tonumber(string.sub(arg, 2)) end
+  return 0, 0
+end
+
+-- n blocks, block i being fns[i] at limits[i], windows[i], bursts[i] with costs[i].
+local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
+  if mode == 2 then
     local given = {}
-    for i = 1, n do
-      local b = 2 + (i - 1) * MULTI_STRIDE
-      given[i] = algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '2', elapsed })[1]
-    end
+    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, elapsed) end
     return given
   end
   local out = {}
   local admit = true
   local allowed = {}
   for i = 1, n do
-    local b = 2 + (i - 1) * MULTI_STRIDE
-    local r = algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '1' })
-    allowed[i] = r[1] == 1
-    if r[1] ~= 1 and ARGV[b + 6] ~= '1' then admit = false end
-    for j = 1, DECISION_STRIDE do out[#out + 1] = r[j] end
+    local a, r, reset, retry, nextMs = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 1)
+    allowed[i] = a == 1
+    if a ~= 1 and not shadows[i] then admit = false end
+    local o = (i - 1) * DECISION_STRIDE
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, r, reset, retry, nextMs
   end
-  if admit and ARGV[2] ~= '1' then
+  if admit and mode == 0 then
     for i = 1, n do
-      if allowed[i] then
-        local b = 2 + (i - 1) * MULTI_STRIDE
-        algorithms[tonumber(ARGV[b + 1])]({ KEYS[i] }, { ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], now, '' })
-      end
+      if allowed[i] then fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 0) end
     end
   end
   return out
+end
+
+-- The multi script: its ARGV layout (above) into decideAll's arrays.
+local function multi (KEYS, ARGV)
+  local now = nowMs(ARGV[1])
+  local mode, elapsed = modeOf(ARGV[2])
+  local n = #KEYS
+  local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
+  for i = 1, n do
+    local b = 2 + (i - 1) * MULTI_STRIDE
+    fns[i] = algorithms[tonumber(ARGV[b + 1])]
+    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    shadows[i] = ARGV[b + 6] == '1'
+  end
+  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
 end

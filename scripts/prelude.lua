@@ -27,14 +27,3 @@ local function nowMs (arg)
   end
   return math.floor(tonumber(arg))
 end
-
--- One algorithm's ARGV as numbers: limit, windowMs, burst, cost, now, and whether it is a dry run
--- ('1': decide and write nothing); ARGV[6] == '2' (refund) is the algorithm's own to read.
-local function blockArgs (ARGV)
-  return tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), ARGV[6] == '1'
-end
-
--- Redis TIME in ms as a script argument (the drivers read it once for every block)
-local function redisNow ()
-  return string.format('%d', nowMs(''))
-end

@@ -1,16 +1,16 @@
 -- sliding-log: one sorted-set entry per admitted unit, score = now (ms).
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
---   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
---   '2' = refund, which sliding-log does not support: returns { 0 } and changes nothing)
+-- The chunk returns function (key, limit, w, burst, cost, now, mode) with numbers; mode 0 =
+--   charge, 1 = dry (decide and write nothing), 2 = refund, which sliding-log does not
+--   support: returns 0 and changes nothing. scripts.ts wraps it as a script of (KEYS, ARGV).
 -- An entry with score s counts while now < s + W (evicted once s <= now - W).
 -- Members are "<now>:<seq>", seq = entries left after eviction + i. With a clock that
 -- never goes backwards, every earlier call at the same ms saw no more entries than this one,
 -- so its seqs are all <= count: new members never collide. If the clock went backwards a
 -- collision is detected (ZADD NX added fewer) and the missing units get seqs above the
 -- largest one at that score, so requests in the same ms never merge.
--- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: ZREMRANGEBYSCORE, ZCARD, then ZADD (per 1000 units) + PEXPIRE when admitted,
--- or one or two ZRANGE when rejected (+ TIME when ARGV[5] is empty).
+-- (+ one ZRANGE for nextMs when the log was not empty), or one or more ZRANGE when rejected.
 -- ZADD NX n units scored nowStr, members "<nowStr>:<seq>" with seq = from + 1 .. from + n,
 -- 1000 per call; returns how many were new. The caller sets the TTL.
 local function addUnits (key, nowStr, from, n)
@@ -63,11 +63,9 @@ local function refusal (key, count, limit, w, cost, now, more)
   return expiryOf(key, count, w, now), retry, expiryOf(key, more, w, now)
 end
 
-return function (KEYS, ARGV)
-  local key = KEYS[1]
-  local limit, w, _, cost, now, dry = blockArgs(ARGV)
+return function (key, limit, w, _, cost, now, mode)
+  if mode == 2 then return 0 end
   local nowStr = string.format('%d', now)
-  if ARGV[6] == '2' then return { 0 } end
 
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
   local count = redis.call('ZCARD', key)
@@ -76,7 +74,7 @@ return function (KEYS, ARGV)
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty)
     local nextMs = w
     if count > 0 then nextMs = expiryOf(key, 1, w, now) end
-    if dry then return { 1, limit - count - cost, w, 0, nextMs } end
+    if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
     local added = addUnits(key, nowStr, count, cost)
     if added < cost then
       -- only after the clock went backwards: renumber the missing units above the largest seq at this score
@@ -84,17 +82,17 @@ return function (KEYS, ARGV)
     end
     -- the newest entry is now: the whole set is irrelevant W ms from now
     redis.call('PEXPIRE', key, w)
-    return { 1, limit - count - cost, w, 0, nextMs }
+    return 1, limit - count - cost, w, 0, nextMs
   end
 
   local available = limit - count
   if available < 0 then available = 0 end
   if count == 0 then
     -- only when cost > limit: nothing stored, never admissible
-    return { 0, available, 0, w, 0 }
+    return 0, available, 0, w, 0
   end
 
   -- one more unit frees when the more-th oldest expires (the oldest, unless the limit was lowered)
   local reset, retry, nextMs = refusal(key, count, limit, w, cost, now, count + available + 1 - limit)
-  return { 0, available, reset, retry, nextMs }
+  return 0, available, reset, retry, nextMs
 end

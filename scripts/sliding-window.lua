@@ -1,11 +1,12 @@
 -- sliding-window (counter): estimate = floor(prev * (W - elapsed) / W) + cur
--- KEYS[1] = state key; ARGV = limit, windowMs, burst (unused), cost, now ('' = Redis TIME),
---   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
---   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+--   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
+--   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- State: one string "idx:cur:prev". When the window index has advanced by 1 the
 -- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
--- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
+-- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Calls: GET (+ SET PX when admitted).
 -- The stored counts of the current (cur) and previous (prev) window; zero when stale or absent.
 local function readCounts (key, idx)
   local cur, prev = 0, 0
@@ -69,17 +70,15 @@ local function nextMs (cur, prev, limit, available, w, elapsed)
   return retryMs(cur, prev, limit, available + 1, w, elapsed)
 end
 
-return function (KEYS, ARGV)
-  local key = KEYS[1]
-  local limit, w, _, cost, now, dry = blockArgs(ARGV)
+return function (key, limit, w, _, cost, now, mode, elapsedSince)
 
   local idx = idiv(now, w)
   local elapsed = now - idx * w
   local cur, prev = readCounts(key, idx)
 
-  if ARGV[6] == '2' then
+  if mode == 2 then
     -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
-    local atIdx = idiv(now - (tonumber(ARGV[7]) or 0), w)
+    local atIdx = idiv(now - elapsedSince, w)
     if atIdx == idx and cur > 0 then
       cur = cur - cost
       if cur < 0 then cur = 0 end
@@ -87,10 +86,10 @@ return function (KEYS, ARGV)
       prev = prev - cost
       if prev < 0 then prev = 0 end
     else
-      return { 0 }
+      return 0
     end
     redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
-    return { 1 }
+    return 1
   end
 
   local estimate = idiv(prev * (w - elapsed), w) + cur
@@ -98,14 +97,14 @@ return function (KEYS, ARGV)
   if available < 0 then available = 0 end
 
   if cost > limit then
-    return { 0, available, resetMs(cur, prev, idx, w, now), w, nextMs(cur, prev, limit, available, w, elapsed) }
+    return 0, available, resetMs(cur, prev, idx, w, now), w, nextMs(cur, prev, limit, available, w, elapsed)
   end
   if estimate + cost > limit then
-    return { 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed), nextMs(cur, prev, limit, available, w, elapsed) }
+    return 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed), nextMs(cur, prev, limit, available, w, elapsed)
   end
 
   cur = cur + cost
-  if not dry then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
+  if mode == 0 then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
   local remaining = limit - estimate - cost
-  return { 1, remaining, resetMs(cur, prev, idx, w, now), 0, nextMs(cur, prev, limit, remaining, w, elapsed) }
+  return 1, remaining, resetMs(cur, prev, idx, w, now), 0, nextMs(cur, prev, limit, remaining, w, elapsed)
 end

@@ -1,13 +1,14 @@
 -- token-bucket: capacity = burst, refill = limit per windowMs, a new bucket is full.
--- KEYS[1] = state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME),
---   dry ('1' = decide and write nothing: peeks and the first pass of a multi-limit decision;
---   '2' = refund: give back `cost` units spent ARGV[7] ms ago, returns { 1 } when given back, else { 0 })
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+--   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
+--   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- Exact integer arithmetic: tokens are scaled by windowMs (one token = W units,
 -- capacity = burst * W <= 8.64e15 < 2^53) and the bucket gains `limit` units per ms.
 -- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
--- Reply: allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted) (+ TIME when ARGV[5] is empty).
+-- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Calls: GET (+ SET PX when admitted).
 -- The scaled tokens in the bucket now, and base: the ms they are counted at
 -- (later than now only if the clock went backwards).
 local function readTokens (key, cap, limit, now)
@@ -40,46 +41,45 @@ local function readTokens (key, cap, limit, now)
   return tokens, base
 end
 
-return function (KEYS, ARGV)
-  local key = KEYS[1]
-  local limit, w, burst, cost, now, dry = blockArgs(ARGV)
+-- ms until the bucket is full again (t tokens, counted `lag` ms from now); 0 = full
+local function resetMs (t, cap, limit, lag)
+  if t >= cap then return 0 end
+  return lag + cdiv(cap - t, limit)
+end
+
+-- ms until the bucket holds one more whole token; 0 = full
+local function nextMs (t, cap, limit, w, lag)
+  if t >= cap then return 0 end
+  return lag + cdiv((idiv(t, w) + 1) * w - t, limit)
+end
+
+return function (key, limit, w, burst, cost, now, mode)
 
   local cap = burst * w
   local tokens, base = readTokens(key, cap, limit, now)
   local lag = base - now
 
-  local function resetMs (t)
-    if t >= cap then return 0 end
-    return lag + cdiv(cap - t, limit)
-  end
-
-  -- ms until the bucket holds one more whole token; 0 = full
-  local function nextMs (t)
-    if t >= cap then return 0 end
-    return lag + cdiv((idiv(t, w) + 1) * w - t, limit)
-  end
-
-  if ARGV[6] == '2' then
+  if mode == 2 then
     -- refund: the tokens go back into the bucket as it is now, up to its capacity
     tokens = tokens + cost * w
     if tokens >= cap then
       redis.call('DEL', key)
-      return { 1 }
+      return 1
     end
-    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens))
-    return { 1 }
+    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens, cap, limit, lag))
+    return 1
   end
 
   if cost > burst then
-    return { 0, idiv(tokens, w), resetMs(tokens), w, nextMs(tokens) }
+    return 0, idiv(tokens, w), resetMs(tokens, cap, limit, lag), w, nextMs(tokens, cap, limit, w, lag)
   end
   local need = cost * w
   if tokens < need then
-    return { 0, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit), nextMs(tokens) }
+    return 0, idiv(tokens, w), resetMs(tokens, cap, limit, lag), lag + cdiv(need - tokens, limit), nextMs(tokens, cap, limit, w, lag)
   end
 
   tokens = tokens - need
-  local reset = resetMs(tokens)
-  if not dry then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
-  return { 1, idiv(tokens, w), reset, 0, nextMs(tokens) }
+  local reset = resetMs(tokens, cap, limit, lag)
+  if mode == 0 then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
+  return 1, idiv(tokens, w), reset, 0, nextMs(tokens, cap, limit, w, lag)
 end

@@ -81,7 +81,7 @@ test('the scripts directory holds one file per algorithm, the drivers and the pr
 
 /** Where the top-level helper a position sits in is called, when it sits in one (`local function name (`). */
 function helperCalls (src: string, index: number): number[] | undefined {
-  const entry = src.search(/^return function \(KEYS, ARGV\)/m)
+  const entry = src.search(/^return function \(key,/m)
   if (entry < 0 || index > entry) return undefined
   const helpers = [...src.matchAll(/^local function (\w+) \(/gm)].filter((m) => m.index < index)
   const name = helpers.at(-1)?.[1]
@@ -105,17 +105,12 @@ for (const name of ALGORITHMS) {
     t.notOk(raw.includes('allow-cross-slot-keys'), 'never allow-cross-slot-keys')
 
     const src = stripComments(raw)
-    // KEYS[1] is the only key
-    const keyRefs = [...src.matchAll(/KEYS\s*\[\s*([^\]]*)\]/g)].map((m) => m[1])
-    t.ok(keyRefs.length > 0, 'uses KEYS[1]')
-    t.same([...new Set(keyRefs)], ['1'], 'only KEYS[1] is referenced')
-    const aliases = [...src.matchAll(/local\s+([A-Za-z_]\w*)\s*=\s*KEYS\s*\[\s*1\s*\]/g)].map((m) => m[1] as string)
-    for (const alias of aliases) {
-      const assignments = [...src.matchAll(new RegExp(`(^|[^\\w.])${alias}\\s*=(?!=)`, 'gm'))]
-      t.equal(assignments.length, 1, `the KEYS[1] alias "${alias}" is never reassigned`)
-    }
-    const isKey = (expr: string | undefined): boolean =>
-      expr !== undefined && (/^KEYS\s*\[\s*1\s*\]$/.test(expr) || aliases.includes(expr))
+    // the one key is the function's first parameter, `key` (the driver passes KEYS[k]); numbers, never ARGV
+    t.match(src, /return function \(key, limit, w, \w+, cost, now, mode\b/, 'the algorithm is a function of (key, limit, w, burst, cost, now, mode)')
+    t.notMatch(src, /\bKEYS\b/, 'no KEYS reference: the key is the parameter')
+    t.notMatch(src, /\bARGV\b/, 'no ARGV reference: the driver passes numbers')
+    t.equal([...src.matchAll(/(^|[^\w.])key\s*=(?!=)/gm)].length, 0, 'the key parameter is never reassigned')
+    const isKey = (expr: string | undefined): boolean => expr === 'key'
 
     const calls = redisCalls(src)
     t.ok(calls.length > 0, 'found redis.call sites')
@@ -127,7 +122,7 @@ for (const name of ALGORITHMS) {
       const known = NO_KEY.has(cmd) || READS.has(cmd) || REMOVALS.has(cmd) || EXPIRES.has(cmd) || WRITES.has(cmd)
       t.ok(known, `${cmd} is a command this test knows how to classify`)
       if (NO_KEY.has(cmd)) continue
-      t.ok(isKey(call.args[1]), `${cmd}: the key argument ${call.args[1]} comes from KEYS[1]`)
+      t.ok(isKey(call.args[1]), `${cmd}: the key argument ${call.args[1]} is the key parameter`)
       for (const arg of call.args.slice(2)) {
         t.notOk(/KEYS/.test(arg), `${cmd}: no key in a value position`)
       }
@@ -147,7 +142,6 @@ for (const name of ALGORITHMS) {
     t.ok(writes > 0, 'the script writes its state')
     // the clock is the prelude's: TIME only when ARGV[5] is empty
     t.equal(calls.filter((c) => literal(c.args[0]) === 'TIME').length, 0, 'no TIME call of its own')
-    t.match(src, /\bblockArgs\(ARGV\)/, 'its arguments, now included, read by the prelude')
     t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
   })
 }
@@ -161,7 +155,8 @@ test('prelude.lua: the one TIME call site, only when now is empty', async (t) =>
   t.ok(guard >= 0 && (timeCalls[0]?.index ?? -1) > guard && (timeCalls[0]?.index ?? Infinity) < branchEnd, 'TIME sits inside the empty-now branch')
   t.notOk(/\btostring\s*\(/.test(src), 'numbers are formatted with string.format, not tostring (%.14g would round)')
   t.equal(redisCalls(src).length, 1, 'no other redis.call')
-  t.match(src, /\bnowMs\(ARGV\[5\]\)/, 'an algorithm\'s now is ARGV[5]')
+  t.match(scripts['fixed-window'].source, /\bnowMs\(ARGV\[5\]\)/, 'a standalone algorithm script\'s now is ARGV[5]')
+  t.match(buildBatchScript().source, /local now = nowMs\(ARGV\[1\]\)/, 'the batch script\'s now is ARGV[1], read once')
 })
 
 /**
@@ -269,9 +264,9 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.match(script.source, /^#!lua\n/, `${what}: the Redis 7 shebang`)
     t.equal(await client.script('LOAD', script.source), script.sha, `${what}: SCRIPT LOAD`)
   }
-  // One fixed-window block by the batch script's wire format: now '', then n = 1, mode charge, 7 values.
+  // One fixed-window block by the batch script's wire format: now '', one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty), then spec 1 with cost 1.
   const key = `${prefix}:{batch}`
-  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, '', 1, 5, 1000, 5, 1, '', '') as unknown[]
+  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', 1, 1) as unknown[]
   t.same(batch.slice(0, 2), [1, 1], 'batch: decision 1 ran and admitted')
   t.equal(batch.length, 6, 'batch: status and five numbers')
   await client.del(key)

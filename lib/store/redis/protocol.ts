@@ -34,30 +34,20 @@ export function multiRefundMode (elapsed: string): string {
 /** Values per block in the multi script's ARGV (after the two leading ones). */
 export const MULTI_STRIDE = 6
 
-/** Values per block in a batch decision: the multi script's six, then the penalty ('' = none). */
-export const BATCH_STRIDE = MULTI_STRIDE + 1
+/** Values per block spec in a batch: algorithm number, limit, windowMs, burst, shadow, penalty. */
+export const SPEC_STRIDE = 6
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
 
-/** One decision, peek or refund as the batch script takes it. */
-export interface EncodedCall {
+/** One decision, peek or refund as the batch script takes it (its ARGV is framed per batch). */
+export interface EncodedCall extends StoreRequest {
+  /** The block keys, then the penalty keys (see keysWithPenalties). */
   keys: readonly string[]
-  /** The decision's ARGV segment: block count, mode, then BATCH_STRIDE values per block (see `segment`). */
-  args: ReadonlyArray<string | number>
+  /** The decision's mode argument: '' charge, '1' peek, 'r<ms>' refund. */
+  mode: string
   /** Integers in this call's reply: DECISION_STRIDE per block for a decision or peek, 1 per block for a refund. */
   replyLength: number
-}
-
-/** One decision's ARGV segment for the batch script: block count, mode, then 7 values per block. */
-export function segment (request: StoreRequest, mode: string): Array<string | number> {
-  const { runs, costs } = request
-  const args: Array<string | number> = [runs.length, mode]
-  for (let i = 0; i < runs.length; i++) {
-    const run = runs[i] as BlockRun
-    args.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], costs[i] as number, run.shadow ? '1' : '', run.penalty?.arg ?? '')
-  }
-  return args
 }
 
 /** The block keys, then one penalty key per block that has a penalty (see scripts/batch.lua). */
@@ -74,24 +64,56 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
 
 /** A decision or peek of every block of one request. */
 export function decideCall (request: StoreRequest, mode: DecideMode): EncodedCall {
-  return { keys: keysWithPenalties(request), args: segment(request, SCRIPT_MODE[mode]), replyLength: request.runs.length * DECISION_STRIDE }
+  return { runs: request.runs, costs: request.costs, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
 }
 
 /** A refund of every block's units, spent `elapsedMs` ago. */
 export function refundCall (request: StoreRequest, elapsedMs: number): EncodedCall {
   const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
-  return { keys: keysWithPenalties(request), args: segment(request, mode), replyLength: request.runs.length }
+  return { runs: request.runs, costs: request.costs, keys: keysWithPenalties(request), mode, replyLength: request.runs.length }
 }
 
-/** The arguments after the SHA (or source) for one batch: key count, every call's keys, now ('' = Redis TIME), every call's segment. */
+/** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values appended once. */
+class SpecTable {
+  readonly values: Array<string | number> = []
+  readonly #index = new Map<BlockRun, number>()
+
+  get size (): number {
+    return this.#index.size
+  }
+
+  of (run: BlockRun): number {
+    let index = this.#index.get(run)
+    if (index === undefined) {
+      index = this.#index.size + 1
+      this.#index.set(run, index)
+      this.values.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], run.shadow ? '1' : '', run.penalty?.arg ?? '')
+    }
+    return index
+  }
+}
+
+/**
+ * The arguments after the SHA (or source) for one batch: key count, every
+ * call's keys, now ('' = Redis TIME), the spec table, then per call `spec,
+ * cost` (one charged block without a penalty) or `0, n, mode, n × (spec, cost)`.
+ */
 export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
   const keys: string[] = []
-  const argv: Array<string | number> = [now === undefined ? '' : String(now)]
+  const specs = new SpecTable()
+  const decisions: Array<string | number> = []
   for (const call of calls) {
     for (const key of call.keys) keys.push(key)
-    for (const value of call.args) argv.push(value)
+    const { runs, costs } = call
+    const first = runs[0] as BlockRun
+    if (runs.length === 1 && call.mode === '' && first.penalty === undefined) {
+      decisions.push(specs.of(first), costs[0] as number)
+      continue
+    }
+    decisions.push(0, runs.length, call.mode)
+    for (let i = 0; i < runs.length; i++) decisions.push(specs.of(runs[i] as BlockRun), costs[i] as number)
   }
-  return [keys.length, ...keys, ...argv]
+  return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
 }
 
 /**

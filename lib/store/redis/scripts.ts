@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { BATCH_STRIDE, DECISION_STRIDE, MULTI_STRIDE } from './protocol.js'
+import { DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -11,8 +11,9 @@ export interface LoadedScript {
 /*
  * The script registry: every script is assembled from the Lua files in
  * scripts/ and hashed once. `prelude.lua` (integer division, the clock) comes
- * first; each algorithm file is a chunk that returns its function of
- * (KEYS, ARGV); `multi.lua`, `penalty.lua` and `batch.lua` are the drivers.
+ * first; each algorithm file is a chunk that returns its function of numbers
+ * (key, limit, w, burst, cost, now, mode, elapsed), returning its decision as
+ * several values (no table); `multi.lua`, `penalty.lua` and `batch.lua` are the drivers.
  * The stride constants come from protocol.ts, their one definition.
  *
  * scripts/ ships beside lib/ and dist/, so one relative URL works from the
@@ -58,9 +59,15 @@ local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).joi
 function header (what: string, sources: ScriptSources): string {
   return `#!lua
 -- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-local MULTI_STRIDE, BATCH_STRIDE, DECISION_STRIDE = ${MULTI_STRIDE}, ${BATCH_STRIDE}, ${DECISION_STRIDE}
+local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}
 ${sources.prelude}`
 }
+
+/** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }). */
+const STANDALONE_CALL = `local mode = 0
+if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 end
+return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), mode, tonumber(ARGV[7]) or 0) }
+`
 
 /**
  * One algorithm's script on its own: KEYS[1] = state key; ARGV = limit,
@@ -72,8 +79,7 @@ export function loadScripts (sources: ScriptSources = readSources()): Record<Alg
   for (const name of ALGORITHMS) {
     scripts[name] = loaded(`${header(name, sources)}
 ${algorithmLocal('algorithm', name, sources.algorithms[name])}
-return algorithm(KEYS, ARGV)
-`)
+${STANDALONE_CALL}`)
   }
   return scripts
 }

@@ -98,16 +98,14 @@ export class RedisStore implements Store {
   /** Every block of one request, all-or-nothing, in this turn's batch. */
   decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
     return new Promise((resolve, reject) => {
-      const { keys, args, replyLength } = decideCall(request, mode)
-      this.#dispatcher.enqueue({ keys, args, replyLength, resolve: (values) => { resolve(toDecisions(values)) }, reject })
+      this.#dispatcher.enqueue({ ...decideCall(request, mode), resolve: (values) => { resolve(toDecisions(values)) }, reject })
     })
   }
 
   /** refundOn: gives back every block's units, spent `elapsedMs` ago, in this turn's batch. */
   refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
     return new Promise((resolve, reject) => {
-      const { keys, args, replyLength } = refundCall(request, elapsedMs)
-      this.#dispatcher.enqueue({ keys, args, replyLength, resolve: (values) => { resolve(toRefunds(values)) }, reject })
+      this.#dispatcher.enqueue({ ...refundCall(request, elapsedMs), resolve: (values) => { resolve(toRefunds(values)) }, reject })
     })
   }
 

@@ -12,6 +12,7 @@ import { createRefuse } from './reply/problem.js'
 import type { RouteRuntime } from './request/route-hook.js'
 import { MemoryStore } from './store/memory/store.js'
 import type { Store } from './store/port.js'
+import { clientPort } from './store/redis/client/detect.js'
 import { RedisStore } from './store/redis/store.js'
 import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
 
@@ -29,8 +30,9 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStor
   if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
-  if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
-  return new RedisStore(client, {
+  const port = clientPort(client)
+  if (port === undefined) throw new FST_RRL_NO_REDIS()
+  return new RedisStore(port, {
     timeout: options.timeout,
     maxBatch: options.maxBatch,
     maxPending: options.maxPending,

@@ -76,6 +76,7 @@ const TYPE_EXPORTS = [
   'RateLimitRefusal',
   'RateLimitReply',
   'RateLimitStats',
+  'RedisClientLike',
   'ReplyBuilder',
   'RouteRateLimit',
   'SkipPredicate',

@@ -9,7 +9,13 @@ import processWarning from 'process-warning'
 
 export const FST_RRL_NO_REDIS = createError(
   'FST_RRL_NO_REDIS',
-  'fastify-redis-rate-limit needs a Redis client: pass `redis` (an ioredis Redis or Cluster), register @fastify/redis first, or set `store: \'memory\'` for a single process',
+  'fastify-redis-rate-limit needs a Redis client: pass `redis` (an ioredis or iovalkey Redis or Cluster, or a node-redis client, cluster or sentinel), register @fastify/redis first, or set `store: \'memory\'` for a single process',
+  500, TypeError
+)
+
+export const FST_RRL_UNSUPPORTED_CLIENT = createError(
+  'FST_RRL_UNSUPPORTED_CLIENT',
+  'fastify-redis-rate-limit: %s is %s, which is not a supported Redis client: pass an ioredis or iovalkey Redis or Cluster, or a node-redis (`redis` v5, v6) client, cluster or sentinel, connected by the application (see docs/clients.md)',
   500, TypeError
 )
 

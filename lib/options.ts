@@ -1,7 +1,8 @@
 import type { FastifyRequest } from 'fastify'
 import type { SkipPredicate } from './request/allow-list.js'
 import type { BreakerOptions } from './decide/circuit-breaker.js'
-import { FST_RRL_INVALID_OPTION } from './errors.js'
+import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
+import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
 import { MAX_PREFIX_LENGTH } from './keys/layout.js'
@@ -87,10 +88,8 @@ function resolveStore (
   options: Input
 ): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxKeys'> {
   const store = choice('store', options.store ?? 'redis', STORES)
-  const redis = options.redis as { evalsha?: unknown, status?: unknown } | null | undefined
-  if (redis !== undefined && (redis === null || typeof redis.evalsha !== 'function' || typeof redis.status !== 'string')) {
-    throw new FST_RRL_INVALID_OPTION('redis', 'must be an ioredis Redis or Cluster instance')
-  }
+  const redis = options.redis
+  if (redis !== undefined && clientPort(redis) === undefined) throw new FST_RRL_UNSUPPORTED_CLIENT('option `redis`', describeClient(redis))
   const prefix = options.prefix ?? 'rl'
   if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
     throw new FST_RRL_INVALID_OPTION('prefix', `must be 1 to ${MAX_PREFIX_LENGTH} characters from A-Z a-z 0-9 _ . : - (got ${JSON.stringify(prefix)})`)

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED } from './errors.js'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
 import { Overrides } from './api/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
@@ -12,6 +12,7 @@ import { createRefuse } from './reply/problem.js'
 import type { RouteRuntime } from './request/route-hook.js'
 import { MemoryStore } from './store/memory/store.js'
 import type { Store } from './store/port.js'
+import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { RedisStore } from './store/redis/store.js'
 import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
 
@@ -29,8 +30,10 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStor
   if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
-  if (client === undefined || client === null || typeof client.evalsha !== 'function') throw new FST_RRL_NO_REDIS()
-  return new RedisStore(client, {
+  if (client === undefined || client === null) throw new FST_RRL_NO_REDIS()
+  const port = clientPort(client)
+  if (port === undefined) throw new FST_RRL_UNSUPPORTED_CLIENT(options.redis === undefined ? '`fastify.redis`' : 'option `redis`', describeClient(client))
+  return new RedisStore(port, {
     timeout: options.timeout,
     maxBatch: options.maxBatch,
     maxPending: options.maxPending,

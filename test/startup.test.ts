@@ -11,10 +11,10 @@ test('registering with no Redis client and no memory store is a coded error', as
   await t.rejects(async () => { await app.ready() }, { code: 'FST_RRL_NO_REDIS' })
 })
 
-test('a redis option that is not an ioredis client is refused at register', async (t) => {
+test('a redis option that is not a supported client is refused at register, naming what was passed', async (t) => {
   const app = Fastify()
   app.register(rateLimit, { redis: {} as never })
-  await t.rejects(async () => { await app.ready() }, { code: 'FST_RRL_INVALID_OPTION', message: /`redis`/ })
+  await t.rejects(async () => { await app.ready() }, { code: 'FST_RRL_UNSUPPORTED_CLIENT', message: /option `redis` is a plain object/ })
 })
 
 test('every plugin option is validated at register with a coded error naming it', async (t) => {

@@ -28,6 +28,7 @@ import rateLimit, {
   type RateLimitIdentity,
   type RateLimitMode,
   type RateLimitPluginOptions,
+  type RedisClientLike,
   type RateLimitPolicyDecision,
   type RateLimitStats,
   type RouteRateLimit,
@@ -257,7 +258,8 @@ describe('every exported type', () => {
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
     expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped'>()
-    expect<RateLimitPluginOptions['redis']>().type.toBe<Redis | Cluster | undefined>()
+    expect<RateLimitPluginOptions['redis']>().type.toBe<RedisClientLike | undefined>()
+    expect<RedisClientLike>().type.toBeAssignableFrom<Redis | Cluster>()
   })
 
   test('observability', () => {

@@ -1,9 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Cluster, Redis } from 'ioredis'
 import { blockId } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
 import type { BlockRun } from '../store/port.js'
+import type { ClientPort } from '../store/redis/client/port.js'
 import type { RateLimitOverride } from '../types.js'
 
 /*
@@ -16,8 +16,6 @@ import type { RateLimitOverride } from '../types.js'
  */
 
 export const OVERRIDE_POLL_MS = 1000
-
-type Client = Redis | Cluster
 
 /** Deletes an expired record only if nobody replaced it since it was read. */
 const DELETE_IF_SAME = "if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0"
@@ -56,7 +54,7 @@ function idsOf (policy: CompiledPolicy): string[] {
 
 export class Overrides {
   #entries = new Map<string, Entry>()
-  readonly #client: Client | undefined
+  readonly #client: ClientPort | undefined
   readonly #key: string
   readonly #clock: () => number
   readonly #log: FastifyBaseLogger
@@ -65,7 +63,7 @@ export class Overrides {
   #changes = 0
 
   /** `client` undefined (the memory store): overrides live in this process only. */
-  constructor (client: Client | undefined, key: string, clock: () => number, log: FastifyBaseLogger) {
+  constructor (client: ClientPort | undefined, key: string, clock: () => number, log: FastifyBaseLogger) {
     this.#client = client
     this.#key = key
     this.#clock = clock
@@ -123,7 +121,7 @@ export class Overrides {
       const record = parse(json)
       if (record === undefined) continue
       if (record.expiresAt !== null && record.expiresAt <= now) {
-        client.eval(DELETE_IF_SAME, 1, this.#key, id, json).catch(() => {})
+        client.eval(DELETE_IF_SAME, [this.#key], [id, json]).catch(() => {})
         continue
       }
       const known = this.#entries.get(id)

@@ -1,5 +1,4 @@
 import type { FastifyRequest } from 'fastify'
-import type { Cluster, Redis } from 'ioredis'
 import type { RateLimitDecision } from './api.js'
 import type {
   FailurePolicy,
@@ -32,9 +31,20 @@ export interface RateLimitReply {
 }
 
 export type ReplyBuilder = (request: FastifyRequest, refusal: RateLimitRefusal) => RateLimitReply
+/**
+ * A Redis client the plugin can drive: an ioredis or iovalkey `Redis` or
+ * `Cluster`, or a node-redis (`redis` v5, v6) client, cluster or sentinel.
+ * Structural, so these types import no client package (a build without
+ * ioredis compiles); which client it is, is detected at register, and
+ * anything else fails with FST_RRL_UNSUPPORTED_CLIENT (docs/clients.md).
+ */
+export interface RedisClientLike {
+  sendCommand: (...args: never[]) => unknown
+}
+
 export interface RateLimitPluginOptions {
-  /** ioredis `Redis` or `Cluster`; default `fastify.redis` (from @fastify/redis). */
-  redis?: Redis | Cluster
+  /** An ioredis or iovalkey `Redis` or `Cluster`, or a connected node-redis client, cluster or sentinel; default `fastify.redis` (from @fastify/redis). */
+  redis?: RedisClientLike
   /** `'redis'` (default) or `'memory'` (one process, same algorithms, no Redis). */
   store?: 'redis' | 'memory'
   /** First segment of every key; default `'rl'`. */

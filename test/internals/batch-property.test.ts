@@ -16,6 +16,7 @@ import fc from 'fast-check'
 import { ALGORITHMS, type RawDecision } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
+import { clientPort } from '../../lib/store/redis/client/detect.js'
 import type { BlockRun, DecideMode } from '../../lib/store/port.js'
 import { TestClock, testRun } from '../helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from '../helpers/redis.js'
@@ -54,7 +55,7 @@ test('property: the batch script decides like the memory store, penalties includ
   const client = createClient(server)
   const prefix = uniquePrefix('bp')
   const clock = new TestClock(1_900_000_000_000)
-  const redisStore = new RedisStore(client, { timeout: 1000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
+  const redisStore = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
   t.teardown(async () => {
     const keys = await client.keys(`${prefix}:*`)
     if (keys.length > 0) await client.del(...keys)

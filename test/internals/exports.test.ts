@@ -48,7 +48,8 @@ const ERROR_EXPORTS = [
   'FST_RRL_SKIP_FAILED',
   'FST_RRL_STORE_OVERLOADED',
   'FST_RRL_TRUST_PROXY_TRUE',
-  'FST_RRL_UNKNOWN_POLICY'
+  'FST_RRL_UNKNOWN_POLICY',
+  'FST_RRL_UNSUPPORTED_CLIENT'
 ]
 
 /** Exported names that are types only (no value at run time). */
@@ -75,6 +76,7 @@ const TYPE_EXPORTS = [
   'RateLimitRefusal',
   'RateLimitReply',
   'RateLimitStats',
+  'RedisClientLike',
   'ReplyBuilder',
   'RouteRateLimit',
   'SkipPredicate',

@@ -7,6 +7,7 @@ import { canonicalIp } from '../../lib/keys/ip.js'
 import { boundIdentity, hashValue, identityHasher, keyHead, keyMethod, keyTail, MAX_KEY_BYTES, routeSegment } from '../../lib/keys/layout.js'
 import { parseWindow } from '../../lib/policy/duration.js'
 import { parseRouteTree } from '../../lib/policy/routes.js'
+import { crc16, keySlot } from '../../lib/store/redis/slots.js'
 
 /** Redis Cluster's hash tag rule: the text between the first `{` and the next `}`, if non-empty. */
 function hashTag (key: string): string {
@@ -112,27 +113,6 @@ test('the route table parser reads Fastify printRoutes output', async (t) => {
     'GET /orders', 'HEAD /orders', 'GET /orders/:id', 'HEAD /orders/:id', 'POST /orders/:id/items', 'GET /v', 'HEAD /v', 'PUT /p/orders/:id'
   ])
 })
-
-/** CRC16/XMODEM (poly 0x1021, init 0): what Redis Cluster uses for key slots. */
-function crc16 (bytes: Buffer): number {
-  let crc = 0
-  for (const byte of bytes) {
-    crc ^= byte << 8
-    for (let bit = 0; bit < 8; bit++) crc = (crc & 0x8000) !== 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
-  }
-  return crc
-}
-
-/** `CLUSTER KEYSLOT`: CRC16 of the hash tag (or the whole key) modulo 16384, on bytes. */
-function keySlot (key: string): number {
-  const bytes = Buffer.from(key)
-  const open = bytes.indexOf(0x7b)
-  if (open !== -1) {
-    const close = bytes.indexOf(0x7d, open + 1)
-    if (close > open + 1) return crc16(bytes.subarray(open + 1, close)) % 16384
-  }
-  return crc16(bytes) % 16384
-}
 
 const HOSTILE_VALUES = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', 'a\r\nX-Evil: 1', '\0', 'a\0b', '☃', '{☃}', 'x'.repeat(8192), 'sk_' + '{k}'.repeat(2730), '|', ',', '=', '~', '%H', 'u=x', 'ip=1.2.3.4', 'a,b', '']
 const ALL_SUFFIXES = ['fw1000', 'sw60000', 'sl900000', 'tb1000', 'gc86400000', 'sw3600000']

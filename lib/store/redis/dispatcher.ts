@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks'
-import { Command, type Cluster, type Redis } from 'ioredis'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, splitBatchReply, type EncodedCall } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
+import { isNoScript, type ClientPort, type ScriptCall, type ScriptOp } from './client/port.js'
 import { bySlot } from './slots.js'
 
 /*
@@ -30,15 +30,15 @@ import { bySlot } from './slots.js'
  * A call abandoned at the timeout may still be sent again by the client:
  * ioredis resends unanswered commands after a reconnect (its default
  * autoResendUnfulfilledCommands) and a Cluster client retries after a
- * redirect. At the timeout the call's first argument is rewritten, so any copy
- * written after that moment runs nothing (EVALSHA of an unknown SHA fails with
- * NOSCRIPT; `return 0` touches no key): a decision answered by onRedisError is
+ * redirect. At the timeout the call is defused (client/port.ts ScriptCall):
+ * any copy written after that moment runs nothing (ioredis: its first
+ * argument becomes an unknown SHA, which fails with NOSCRIPT, or `return 0`,
+ * which touches no key; node-redis: the unwritten command is aborted, and a
+ * written one is never resent): a decision answered by onRedisError is
  * counted at most once, whatever the client's settings. NOSCRIPT (restart,
  * failover, SCRIPT FLUSH) is answered by one EVAL of the same source, which
  * also reloads the script cache.
  */
-
-export type Client = Redis | Cluster
 
 /** One decision (or peek, or refund) waiting for its batch: its call as protocol.ts encodes it. */
 export interface BatchJob extends EncodedCall {
@@ -60,13 +60,6 @@ export interface DispatchOptions {
   onBatch: ((size: number, latencyMs: number) => void) | undefined
 }
 
-const INERT_SHA = '0'.repeat(40)
-const INERT_SCRIPT = 'return 0'
-
-function isNoScript (error: unknown): boolean {
-  return error instanceof Error && error.message.startsWith('NOSCRIPT')
-}
-
 /** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
 interface Progress { lastAt: number }
 
@@ -75,23 +68,22 @@ interface InFlight {
   jobs: readonly BatchJob[]
   /** The framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
   args: ReadonlyArray<string | number>
-  /** The command last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
-  command: Command
-  /** What the command's first argument becomes once the call is abandoned: an unknown SHA, or a script that touches nothing. */
-  inert: string
+  /** The EVALSHA first written: the timeout rule measures from its write. */
+  first: ScriptCall
+  /** The call last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
+  current: ScriptCall
+  op: ScriptOp
   settled: boolean
   timedOut: boolean
   progress: Progress
-  writtenAt: number
   firedAt: number
   timer: NodeJS.Timeout | undefined
 }
 
 export class Dispatcher {
-  readonly #client: Client
+  readonly #client: ClientPort
   readonly #script: LoadedScript
   readonly #options: DispatchOptions
-  readonly #cluster: boolean
   #queue: BatchJob[] = []
   #scheduled = false
   #pending = 0
@@ -105,11 +97,10 @@ export class Dispatcher {
     for (const call of calls) this.#verdict(call)
   }
 
-  constructor (client: Client, script: LoadedScript, options: DispatchOptions) {
+  constructor (client: ClientPort, script: LoadedScript, options: DispatchOptions) {
     this.#client = client
     this.#script = script
     this.#options = options
-    this.#cluster = (client as { isCluster?: boolean }).isCluster === true
   }
 
   /** Decisions queued or waiting on Redis now. */
@@ -119,8 +110,8 @@ export class Dispatcher {
 
   enqueue (job: BatchJob): void {
     const client = this.#client
-    if (client.status !== 'ready') {
-      job.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`))
+    if (!client.isReady()) {
+      job.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.state()}`))
       return
     }
     if (this.#pending >= this.#options.maxPending) {
@@ -143,12 +134,12 @@ export class Dispatcher {
     this.#scheduled = false
     const jobs = this.#queue
     this.#queue = []
-    if (this.#client.status !== 'ready') {
-      for (const job of jobs) this.#fail(job, new FST_RRL_REDIS_UNAVAILABLE(`client is ${this.#client.status}`))
+    if (!this.#client.isReady()) {
+      for (const job of jobs) this.#fail(job, new FST_RRL_REDIS_UNAVAILABLE(`client is ${this.#client.state()}`))
       return
     }
     const max = this.#options.maxBatch
-    for (const group of this.#cluster ? bySlot(jobs) : [jobs]) {
+    for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) {
       for (let i = 0; i < group.length; i += max) this.#send(group.length <= max ? group : group.slice(i, i + max))
     }
   }
@@ -171,12 +162,7 @@ export class Dispatcher {
   }
 
   /** The progress record of the connection a call went to: the only one standalone, its slot's master on a Cluster. */
-  #progressOf (command: Command): Progress {
-    let node = 'standalone'
-    if (this.#cluster) {
-      const slots = (this.#client as Cluster).slots
-      node = slots[command.getSlot() ?? -1]?.[0] ?? 'unknown'
-    }
+  #progressOf (node: string): Progress {
     let progress = this.#progress.get(node)
     if (progress === undefined) {
       progress = { lastAt: 0 }
@@ -185,32 +171,24 @@ export class Dispatcher {
     return progress
   }
 
-  /** Writes one script call (EVALSHA by SHA, or EVAL of the source) with the batch's framed arguments. */
-  #write (name: 'evalsha' | 'eval', first: string, args: ReadonlyArray<string | number>): Command {
-    const keyPrefix = (this.#client.options as { keyPrefix?: string }).keyPrefix
-    const command = new Command(name, [first, ...args], { replyEncoding: 'utf8', keyPrefix })
-    this.#client.sendCommand(command)
-    return command
-  }
-
   /** Waits for the reply of the call's current command (the EVALSHA, or the EVAL after NOSCRIPT). */
   #listen (call: InFlight): void {
-    ;(call.command.promise as Promise<unknown>).then((reply) => { this.#onReply(call, reply) }, (error: unknown) => { this.#onError(call, error) })
+    call.current.reply.then((reply) => { this.#onReply(call, reply) }, (error: unknown) => { this.#onError(call, error) })
   }
 
   /** One script call for these jobs, bounded as the module comment says. */
   #send (jobs: readonly BatchJob[]): void {
     const args = frameBatch(jobs, this.#options.clock?.())
-    const command = this.#write('evalsha', this.#script.sha, args)
+    const first = this.#client.script('evalsha', this.#script.sha, args)
     const call: InFlight = {
       jobs,
       args,
-      command,
-      inert: INERT_SHA,
+      first,
+      current: first,
+      op: 'evalsha',
       settled: false,
       timedOut: false,
-      progress: this.#progressOf(command),
-      writtenAt: performance.now(),
+      progress: this.#progressOf(first.node),
       firedAt: 0,
       timer: undefined
     }
@@ -221,13 +199,13 @@ export class Dispatcher {
   #finish (call: InFlight): void {
     call.settled = true
     if (call.timer !== undefined) clearTimeout(call.timer)
-    this.#options.onBatch?.(call.jobs.length, performance.now() - call.writtenAt)
+    this.#options.onBatch?.(call.jobs.length, performance.now() - call.first.writtenAt)
   }
 
   #failAll (call: InFlight, error: unknown): void {
     this.#finish(call)
     // Whatever copy of this call the client writes from now on runs nothing.
-    call.command.args[0] = call.inert
+    call.current.defuse()
     for (const job of call.jobs) this.#fail(job, error)
   }
 
@@ -244,7 +222,7 @@ export class Dispatcher {
     // fired), or within `timeout` before it: it is alive and working through the pipeline ahead of
     // this call, and a saturated process only read it late. Give it another `timeout`.
     const last = call.progress.lastAt
-    if (last > call.firedAt || (last > call.writtenAt && call.firedAt - last < timeout)) {
+    if (last > call.firedAt || (last > call.first.writtenAt && call.firedAt - last < timeout)) {
       call.timer = setTimeout(this.#onTimer, timeout, call)
       return
     }
@@ -262,12 +240,12 @@ export class Dispatcher {
 
   #onError (call: InFlight, error: unknown): void {
     // An error reply came from Redis; a connection error (closed, timed out by the client) did not.
-    if ((error as { name?: unknown } | null)?.name === 'ReplyError') call.progress.lastAt = performance.now()
+    if (this.#client.isServerError(error)) call.progress.lastAt = performance.now()
     if (call.settled) return
     // An abandoned call is never retried: its decisions were already answered.
-    if (isNoScript(error) && !call.timedOut && call.inert === INERT_SHA) {
-      call.command = this.#write('eval', this.#script.source, call.args)
-      call.inert = INERT_SCRIPT
+    if (isNoScript(error) && !call.timedOut && call.op === 'evalsha') {
+      call.current = this.#client.script('eval', this.#script.source, call.args)
+      call.op = 'eval'
       this.#listen(call)
       return
     }

@@ -21,3 +21,20 @@ export function bySlot<T extends { keys: readonly string[] }> (jobs: readonly T[
   }
   return groups.values()
 }
+
+/** CRC16/XMODEM (poly 0x1021, init 0), the checksum Redis Cluster maps hash tags to slots with. */
+export function crc16 (bytes: Uint8Array): number {
+  let crc = 0
+  for (const byte of bytes) {
+    crc ^= byte << 8
+    for (let bit = 0; bit < 8; bit++) crc = (crc & 0x8000) !== 0 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc
+}
+
+const encoder = new TextEncoder()
+
+/** `CLUSTER KEYSLOT`: CRC16 of the hash tag (or the whole key) modulo 16384, on UTF-8 bytes. */
+export function keySlot (key: string): number {
+  return crc16(encoder.encode(hashTag(key))) % 16384
+}

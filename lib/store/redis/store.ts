@@ -1,11 +1,11 @@
 import { performance } from 'node:perf_hooks'
-import type { Cluster, Redis } from 'ioredis'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { decideCall, refundCall, toDecisions, toRefunds } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/settle.js'
+import type { ClientPort, MasterPort } from './client/port.js'
 import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
 
 /*
@@ -15,8 +15,6 @@ import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreReque
  * (measured on Redis, not on Node's own lag). A client that is not ready is
  * not asked (its offline queue would hold the request for seconds).
  */
-
-type Client = Redis | Cluster
 
 /** How long ready() waits for a connecting client and the script loads; a down Redis must not stall startup. */
 const WARM_UP_MS = 500
@@ -33,25 +31,16 @@ export function evictsLimiterKeys (maxmemory: string, policy: string): boolean {
   return maxmemory !== '0' && (policy.startsWith('allkeys-') || policy.startsWith('volatile-'))
 }
 
-/** `CONFIG GET maxmemory maxmemory-policy` as a map (the reply is a flat name, value list). */
-async function memoryConfig (node: Redis): Promise<Map<string, string>> {
-  const reply = await node.call('CONFIG', 'GET', 'maxmemory', 'maxmemory-policy') as unknown[]
-  const config = new Map<string, string>()
-  for (let i = 0; i + 1 < reply.length; i += 2) config.set(String(reply[i]), String(reply[i + 1]))
-  return config
-}
-
 /**
  * Reads each master's eviction settings and warns once (FST_RRL_EVICTION_POLICY)
  * when any can evict limiter keys early. A CONFIG refused (managed Redis that
  * renames it, an ACL without @admin) is not an error: a debug line, no warning.
  */
-async function checkEviction (masters: readonly Redis[], log: DebugLog | undefined): Promise<void> {
+async function checkEviction (masters: readonly MasterPort[], log: DebugLog | undefined): Promise<void> {
   const risky: string[] = []
-  await Promise.all(masters.map(async (node) => {
-    const address = `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`
+  await Promise.all(masters.map(async ({ address, configGet }) => {
     try {
-      const config = await memoryConfig(node)
+      const config = await configGet(['maxmemory', 'maxmemory-policy'])
       const maxmemory = config.get('maxmemory') ?? '0'
       const policy = config.get('maxmemory-policy') ?? 'noeviction'
       if (evictsLimiterKeys(maxmemory, policy)) risky.push(`${address} has maxmemory-policy ${policy} with maxmemory ${maxmemory}`)
@@ -62,32 +51,33 @@ async function checkEviction (masters: readonly Redis[], log: DebugLog | undefin
   if (risky.length > 0) FST_RRL_EVICTION_POLICY(risky.sort().join('; '))
 }
 
-/** Waits at most `ms` for a connecting client's ready event, and leaves no listener behind. */
-async function readyWithin (client: Client, ms: number): Promise<void> {
-  let onReady = (): void => {}
-  await awaitWithin(new Promise<void>((resolve) => { onReady = resolve; client.once('ready', resolve) }), ms, 'client ready')
-  client.off('ready', onReady)
+/** Loads the script on every master (a failed load is answered later by NOSCRIPT's EVAL) and checks eviction. */
+async function warmMasters (client: ClientPort, source: string, log: DebugLog | undefined): Promise<void> {
+  const masters = await client.masters()
+  const loaded = Promise.all(masters.map(async (node) => { await node.scriptLoad(source) })).catch(() => {})
+  await Promise.all([loaded, checkEviction(masters, log)])
 }
 
 export class RedisStore implements Store {
-  readonly #client: Client
+  readonly #client: ClientPort
   readonly #script: LoadedScript
   readonly #dispatcher: Dispatcher
 
-  constructor (client: Client, options: RedisStoreOptions, clock?: () => number) {
+  /** `client`: the port of the application's client (client/detect.ts clientPort). */
+  constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
     this.#script = buildBatchScript()
     this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
-  get client (): Client {
+  get client (): ClientPort {
     return this.#client
   }
 
   /** Whether the client is a Redis Cluster (every key of one call must share a slot). */
   get cluster (): boolean {
-    return (this.#client as { isCluster?: boolean }).isCluster === true
+    return this.#client.cluster
   }
 
   /** Decisions queued or waiting on Redis now. */
@@ -111,9 +101,9 @@ export class RedisStore implements Store {
 
   async reset (keys: readonly string[]): Promise<void> {
     const client = this.#client
-    if (client.status !== 'ready') throw new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.status}`)
+    if (!client.isReady()) throw new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.state()}`)
     // A reset forgives penalties too.
-    if (keys.length > 0) await client.del(...keys, ...keys.map(penaltyKey))
+    if (keys.length > 0) await client.del([...keys, ...keys.map(penaltyKey)])
   }
 
   /**
@@ -122,7 +112,9 @@ export class RedisStore implements Store {
    * master (each Cluster master's connection is opened by that load), so the
    * first decision after ready() costs what the thousandth does. A
    * lazyConnect client is asked to connect: the store never sends to a client
-   * that is not ready, so it would otherwise never connect. Redis being absent
+   * that is not ready, so it would otherwise never connect (a node-redis client
+   * is never connected by the store: the application's own connect() would
+   * then throw). Redis being absent
    * does not fail ready(): requests then follow onRedisError until the client
    * connects by itself, and NOSCRIPT reloads the script where the load missed.
    * In the same bounded wait, each master's maxmemory-policy is read (see checkEviction).
@@ -130,13 +122,9 @@ export class RedisStore implements Store {
   async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
     const client = this.#client
     const deadline = performance.now() + maxWaitMs
-    if (client.status === 'wait') client.connect().catch(() => {})
-    if (client.status !== 'ready') await readyWithin(client, maxWaitMs)
-    if (client.status !== 'ready') return
-    const masters: Redis[] = this.cluster ? (client as Cluster).nodes('master') : [client as Redis]
-    const source = this.#script.source
-    const loaded = Promise.all(masters.map(async (node) => { await node.script('LOAD', source) })).catch(() => {})
-    await awaitWithin(Promise.all([loaded, checkEviction(masters, log)]), Math.max(0, deadline - performance.now()), 'script load')
+    if (!client.isReady()) await client.whenReady(maxWaitMs)
+    if (!client.isReady()) return
+    await awaitWithin(warmMasters(client, this.#script.source, log), Math.max(0, deadline - performance.now()), 'script load')
   }
 
   close (): void {}

@@ -1,0 +1,160 @@
+import { performance } from 'node:perf_hooks'
+import { keySlot } from '../slots.js'
+import { toStringMap, type ClientKind, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
+
+/*
+ * node-redis (the `redis` package, v5 and v6): createClient, createCluster,
+ * createSentinel. Every command is a raw sendCommand, so replies keep one
+ * shape whatever the client's typed-command defaults:
+ * - arguments are strings (node-redis refuses numbers at write time);
+ * - KEYS are prefixed here with the client's v6 `keyPrefix` (raw sendCommand
+ *   ignores it), as ioredis would prefix them;
+ * - `typeMapping: {}` per call, so a global Buffer mapping changes nothing;
+ * - a command is written on setImmediate after sendCommand, so `writtenAt`
+ *   is marked then: the timeout rule measures from the real write;
+ * - defuse aborts the call: an unwritten command leaves the queue and is
+ *   never written; a written one is never resent by createClient or
+ *   createCluster (createSentinel may resend a call written before a master
+ *   drop: see docs/clients.md).
+ * The store never adds an 'error' listener (it would hide the application's
+ * errors) and never calls connect() (the application's would then throw).
+ */
+
+type Reply = Promise<unknown>
+interface CallOptions { abortSignal?: AbortSignal, typeMapping: Record<string, never> }
+
+/** A node-redis client as this adapter uses it (structural: no client package imported). */
+export interface NodeRedisClientLike {
+  readonly isOpen: boolean
+  readonly isReady: boolean
+  readonly options?: { socket?: { host?: string, port?: number } }
+  sendCommand: (args: string[], options?: CallOptions) => Reply
+}
+
+interface MasterNode { readonly address: string }
+
+export interface NodeRedisClusterLike {
+  readonly isOpen: boolean
+  /** v6 only: topology discovery done. */
+  readonly isReady?: boolean
+  readonly masters: readonly MasterNode[]
+  readonly slots: ReadonlyArray<{ master?: MasterNode } | undefined>
+  nodeClient: (node: MasterNode) => Promise<NodeRedisClientLike>
+  sendCommand: (firstKey: string | undefined, isReadonly: boolean, args: string[], options?: CallOptions) => Reply
+}
+
+export interface NodeRedisSentinelLike {
+  readonly isOpen: boolean
+  readonly isReady: boolean
+  getMasterNode: () => { host: string, port: number } | undefined
+  sendCommand: (isReadonly: boolean, args: string[], options?: CallOptions) => Reply
+}
+
+type AnyNodeRedis = NodeRedisClientLike | NodeRedisClusterLike | NodeRedisSentinelLike
+
+/** One raw command: routed by `firstKey` on a Cluster. */
+type Send = (firstKey: string | undefined, args: string[], options: CallOptions) => Reply
+
+/** The classes of an error reply from Redis (node-redis sets no `name`; its client-side errors are other classes). */
+const SERVER_ERRORS = new Set(['ErrorReply', 'SimpleError', 'BlobError', 'MultiErrorReply'])
+const PLAIN: CallOptions = { typeMapping: {} }
+const POLL_MS = 10
+
+function senderOf (kind: ClientKind, client: AnyNodeRedis): Send {
+  if (kind === 'node-redis-cluster') {
+    const cluster = client as NodeRedisClusterLike
+    return (firstKey, args, options) => cluster.sendCommand(firstKey, false, args, options)
+  }
+  if (kind === 'node-redis-sentinel') {
+    const sentinel = client as NodeRedisSentinelLike
+    return (_firstKey, args, options) => sentinel.sendCommand(false, args, options)
+  }
+  const standalone = client as NodeRedisClientLike
+  return (_firstKey, args, options) => standalone.sendCommand(args, options)
+}
+
+function masterPort (address: string, send: (args: string[]) => Reply): MasterPort {
+  return {
+    address,
+    scriptLoad: async (source) => await send(['SCRIPT', 'LOAD', source]),
+    configGet: async (names) => toStringMap(await send(['CONFIG', 'GET', ...names]))
+  }
+}
+
+function addressOf (client: NodeRedisClientLike): string {
+  const socket = client.options?.socket
+  return `${socket?.host ?? 'localhost'}:${socket?.port ?? 6379}`
+}
+
+async function mastersOf (kind: ClientKind, client: AnyNodeRedis, send: Send): Promise<MasterPort[]> {
+  if (kind === 'node-redis-cluster') {
+    const cluster = client as NodeRedisClusterLike
+    return await Promise.all(cluster.masters.map(async (master) => {
+      const node = await cluster.nodeClient(master)
+      return masterPort(master.address, async (args) => await node.sendCommand(args, PLAIN))
+    }))
+  }
+  const own = async (args: string[]): Reply => await send(undefined, args, PLAIN)
+  if (kind === 'node-redis-sentinel') {
+    const master = (client as NodeRedisSentinelLike).getMasterNode()
+    return [masterPort(master === undefined ? 'unknown' : `${master.host}:${master.port}`, own)]
+  }
+  return [masterPort(addressOf(client as NodeRedisClientLike), own)]
+}
+
+/** Resolves once the client is ready, or after `ms` (an unref'd poll: a Cluster or Sentinel has no ready event to wait for). */
+async function pollReady (isReady: () => boolean, ms: number): Promise<void> {
+  const deadline = performance.now() + ms
+  while (!isReady() && performance.now() < deadline) {
+    await new Promise((resolve) => { setTimeout(resolve, POLL_MS).unref() })
+  }
+}
+
+/** The script call's wire arguments: strings only, KEYS prefixed. */
+function scriptArgs (op: ScriptOp, first: string, framed: ReadonlyArray<string | number>, prefix: string): string[] {
+  const count = Number(framed[0])
+  const args = [op === 'evalsha' ? 'EVALSHA' : 'EVAL', first, String(count)]
+  for (let i = 1; i < framed.length; i++) args.push(i <= count ? prefix + String(framed[i]) : String(framed[i]))
+  return args
+}
+
+export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPort {
+  const cluster = kind === 'node-redis-cluster'
+  const send = senderOf(kind, client)
+  // v6.1+: the client's keyPrefix (v5 has none). Read once: it is fixed at creation.
+  const prefix = (client as { _keyPrefix?: unknown })._keyPrefix
+  const pre = typeof prefix === 'string' ? prefix : ''
+  const isReady = (): boolean => (client as { isReady?: boolean }).isReady ?? client.isOpen
+  const nodeOf = (key: string | undefined): string =>
+    cluster && key !== undefined ? (client as NodeRedisClusterLike).slots[keySlot(key)]?.master?.address ?? 'unknown' : 'standalone'
+  return {
+    kind,
+    cluster,
+    isReady,
+    state: () => isReady() ? 'ready' : client.isOpen ? 'reconnecting' : 'closed',
+    whenReady: async (maxWaitMs) => { await pollReady(isReady, maxWaitMs) },
+    script: (op, first, framed): ScriptCall => {
+      const args = scriptArgs(op, first, framed, pre)
+      const firstKey = Number(framed[0]) > 0 ? args[3] : undefined
+      const abort = new AbortController()
+      let writtenAt = performance.now()
+      const reply = send(firstKey, args, { abortSignal: abort.signal, typeMapping: {} })
+      // The client writes in its own setImmediate, in this same check phase: this mark is the write.
+      setImmediate(() => { writtenAt = performance.now() })
+      return {
+        reply,
+        node: nodeOf(firstKey),
+        get writtenAt () { return writtenAt },
+        defuse: () => { abort.abort() }
+      }
+    },
+    isServerError: (error) => SERVER_ERRORS.has((error as { constructor?: { name?: string } } | null)?.constructor?.name ?? ''),
+    masters: async () => await mastersOf(kind, client, send),
+    del: async (keys) => await send(pre + keys[0], ['DEL', ...keys.map((key) => pre + key)], PLAIN),
+    hgetall: async (key) => Object.fromEntries(toStringMap(await send(pre + key, ['HGETALL', pre + key], PLAIN))),
+    hset: async (key, field, value) => await send(pre + key, ['HSET', pre + key, field, value], PLAIN),
+    hdel: async (key, field) => Number(await send(pre + key, ['HDEL', pre + key, field], PLAIN)),
+    eval: async (source, keys, args) =>
+      await send(keys.length > 0 ? pre + keys[0] : undefined, ['EVAL', source, String(keys.length), ...keys.map((key) => pre + key), ...args], PLAIN)
+  }
+}

@@ -1,0 +1,82 @@
+/*
+ * The client port: everything the Redis store, its dispatcher and the
+ * runtime overrides need from a Redis client, with one adapter per client
+ * family (ioredis.ts: ioredis and iovalkey; node-redis.ts: the `redis`
+ * package). Nothing here imports a client package: a user installs only
+ * their own client, and detect.ts picks the adapter by duck typing.
+ */
+
+/** One script call on the wire (or on its way to it). */
+export interface ScriptCall {
+  /** The raw reply, or the error (see ClientPort.isServerError). */
+  readonly reply: Promise<unknown>
+  /** The connection it went to: 'standalone', or the Cluster master's address. Keys the dispatcher's progress record. */
+  readonly node: string
+  /** performance.now() when the call was written; until then, when it was handed to the client. */
+  readonly writtenAt: number
+  /** After this, no copy of the call the client writes from now on runs anything. Idempotent; never throws. */
+  defuse: () => void
+}
+
+/** One master, for the warm-up: the script load and the eviction check. */
+export interface MasterPort {
+  /** host:port, for logs and the eviction warning. */
+  readonly address: string
+  scriptLoad: (source: string) => Promise<unknown>
+  /** CONFIG GET, normalised (a RESP2 flat list, a RESP3 object or a Map). */
+  configGet: (names: readonly string[]) => Promise<Map<string, string>>
+}
+
+export type ClientKind = 'ioredis' | 'ioredis-cluster' | 'node-redis' | 'node-redis-cluster' | 'node-redis-sentinel'
+
+/** EVALSHA (first = the SHA) or EVAL (first = the source). */
+export type ScriptOp = 'evalsha' | 'eval'
+
+export interface ClientPort {
+  readonly kind: ClientKind
+  /** Every key of one call must share a slot. */
+  readonly cluster: boolean
+  /** Commands may be sent now; a client that is not ready is never asked. */
+  isReady: () => boolean
+  /** For error text: 'ready', 'reconnecting', 'closed', or an ioredis status. */
+  state: () => string
+  /** Resolves once ready, or after maxWaitMs. Connects an ioredis lazyConnect client; never connects a node-redis one. */
+  whenReady: (maxWaitMs: number) => Promise<void>
+  /**
+   * One script call. `framed` is what follows the SHA (or source) on the
+   * wire: the key count, the keys, then ARGV. Keys are prefixed as the
+   * client's own keyPrefix says, and a Cluster routes by the first key.
+   */
+  script: (op: ScriptOp, first: string, framed: ReadonlyArray<string | number>) => ScriptCall
+  /** The error is a reply from Redis (Redis is alive), not a connection or client-side error. */
+  isServerError: (error: unknown) => boolean
+  /** Every master now (one for standalone and Sentinel). */
+  masters: () => Promise<MasterPort[]>
+  del: (keys: readonly string[]) => Promise<unknown>
+  hgetall: (key: string) => Promise<Record<string, string>>
+  hset: (key: string, field: string, value: string) => Promise<unknown>
+  /** The number of fields removed. */
+  hdel: (key: string, field: string) => Promise<number>
+  /** A plain EVAL for small admin scripts (overrides' delete-if-same); never defused. */
+  eval: (source: string, keys: readonly string[], args: readonly string[]) => Promise<unknown>
+}
+
+export function isNoScript (error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT')
+}
+
+/** CONFIG GET / HGETALL replies in any shape a client returns (flat list, object, Map) as a Map of strings. */
+export function toStringMap (reply: unknown): Map<string, string> {
+  const out = new Map<string, string>()
+  if (Array.isArray(reply)) {
+    for (let i = 0; i + 1 < reply.length; i += 2) out.set(String(reply[i]), String(reply[i + 1]))
+  } else if (reply instanceof Map) {
+    for (const [name, value] of reply) out.set(String(name), String(value))
+  } else if (typeof reply === 'object' && reply !== null) {
+    for (const [name, value] of Object.entries(reply)) out.set(name, String(value))
+  }
+  return out
+}
+
+/** The SHA nothing is loaded under, and a script that touches no key: what a defused call's first argument becomes. */
+export const INERT = { evalsha: '0'.repeat(40), eval: 'return 0' } as const

@@ -69,7 +69,7 @@ function httpTargets (input: TargetInput): string[] {
   ]
   for (const [tool, min] of [['wrk', 1.25], ['autocannon', 1.15]] as const) {
     const value = input.tool === tool ? sw?.vsFrl ?? nan : nan
-    const measured = input.tool === tool ? ratio(value) : `not measured (this run used ${input.tool}; \`--load ${tool}\`)`
+    const measured = input.tool === tool ? ratio(value) : `not measured (this run used ${input.tool}; run again with \`--load ${tool}\`)`
     lines.push(`| Throughput ≥ ${min.toFixed(2)}× @fastify/rate-limit with ${tool} | ${measured} | ${verdict(value, (v) => v >= min, block([DEFAULT_ID, 'frl']))} |`)
   }
   return lines

@@ -115,6 +115,17 @@ export function processCpuSeconds (pid: number): number {
   return (utime + stime) / CLOCK_TICKS
 }
 
+/**
+ * CPU seconds of this process plus its exited children (/proc/self/stat utime, stime, cutime,
+ * cstime): the load generator's, whether autocannon in this process or a wrk that has exited.
+ * Children still running (the server, redis-server) are not in it.
+ */
+export function generatorCpuSeconds (): number {
+  const stat = readFileSync('/proc/self/stat', 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) / CLOCK_TICKS
+}
+
 /** Busy CPU seconds of the whole machine (all cores) from /proc/stat: to tell when something else competed. */
 export function machineBusySeconds (): number {
   const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? ''

@@ -104,5 +104,10 @@ export function clientIp (n: number): string {
   return `10.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`
 }
 
+/** The client addresses a configuration's load sends, in order (autocannon and wrk alike). */
+export function addressesOf (config: BenchConfig): string[] {
+  return Array.from({ length: config.load === '10k' ? KEYS_10K : 1 }, (_, n) => clientIp(n))
+}
+
 export const STATS_PATH = '/__bench/stats'
 export const KEYS_10K = 10_000

@@ -1,33 +1,17 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { createRequire } from 'node:module'
-import { createHistogram, type RecordableHistogram } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
-import { clientIp, KEYS_10K, STATS_PATH, type BenchConfig } from './configs.js'
-import { commandDelta, commandStats, machineBusySeconds, processCpuSeconds, redisCpuSeconds, sleep, type BenchRedis } from './common.js'
+import { STATS_PATH, type BenchConfig } from './configs.js'
+import { commandDelta, commandStats, generatorCpuSeconds, machineBusySeconds, processCpuSeconds, redisCpuSeconds, sleep, type BenchRedis } from './common.js'
+import type { DriveResult, LoadDriver } from './load.js'
+import { loadAverage, type Conditions, type Gate } from './quiet.js'
 
 /*
  * One measured run: start the configuration's server as a child process,
  * warm it up, snapshot CPU counters (server /proc, Redis INFO cpu and
- * commandstats, this process), drive it with autocannon for `duration`
- * seconds, snapshot again, stop it.
+ * commandstats, the load generator), drive it with the load driver
+ * (autocannon or wrk) for `duration` seconds, snapshot again, stop it.
  */
-
-interface AutocannonResult {
-  duration: number
-  errors: number
-  timeouts: number
-  non2xx: number
-  statusCodeStats: Record<string, { count: number }>
-  latency: { p50: number, p99: number, totalCount: number }
-  requests: { total: number }
-}
-interface AutocannonClient {
-  requestIterator: { requests: unknown[], currentRequestIndex: number, currentRequest: unknown }
-}
-interface Tracker { on: (event: 'response', listener: (client: unknown, statusCode: number, bytes: number, ms: number) => void) => void }
-type Autocannon = (options: Record<string, unknown>, callback: (error: Error | null, result: AutocannonResult) => void) => Tracker
-const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon
 
 export interface RunOptions {
   connections: number
@@ -40,11 +24,17 @@ export interface RunOptions {
   /** A compiled server.js to run with plain node, or undefined for server.ts through tsx. */
   serverEntry: string | undefined
   redis: BenchRedis
+  driver: LoadDriver
 }
 
-export interface RunResult {
+/** One measured run; its Conditions (load at start and end, the gate) say whether its figures may be quoted. */
+export interface RunResult extends Conditions {
   id: string
   round: number
+  /** autocannon or wrk. */
+  loadTool: string
+  /** Why its figures may not be quoted (the quiet gate, other CPU), or undefined. */
+  notQuotable?: string | undefined
   unsupported?: string
   note?: string
   rps: number
@@ -128,41 +118,6 @@ async function stopServer (child: ChildProcess): Promise<void> {
   clearTimeout(timer)
 }
 
-/** Raw HTTP/1.1 requests, built once: the load generator only writes buffers. */
-function buildRequests (config: BenchConfig, port: number): Array<{ requestBuffer: Buffer }> {
-  const count = config.load === '10k' ? KEYS_10K : 1
-  const requests: Array<{ requestBuffer: Buffer }> = []
-  for (let n = 0; n < count; n++) {
-    requests.push({ requestBuffer: Buffer.from(`GET / HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: keep-alive\r\nX-Forwarded-For: ${clientIp(n)}\r\n\r\n`) })
-  }
-  return requests
-}
-
-/** autocannon's own histogram has whole-millisecond resolution: latencies go to a µs histogram instead. */
-async function drive (port: number, requests: Array<{ requestBuffer: Buffer }>, connections: number, duration: number, latency?: RecordableHistogram): Promise<AutocannonResult> {
-  let nextClient = 0
-  const stride = Math.max(1, Math.floor(requests.length / connections))
-  return await new Promise((resolve, reject) => {
-    const tracker = autocannon({
-      url: `http://127.0.0.1:${port}/`,
-      connections,
-      pipelining: 1,
-      duration,
-      requests: [{ method: 'GET', path: '/' }],
-      // Swap in the prebuilt buffers, each connection starting at its own offset, so
-      // 50 connections do not send the same key at the same moment and nothing is rebuilt.
-      setupClient: (client: AutocannonClient) => {
-        const iterator = client.requestIterator
-        const offset = (nextClient++ * stride) % requests.length
-        iterator.requests = requests
-        iterator.currentRequestIndex = offset
-        iterator.currentRequest = requests[offset]
-      }
-    }, (error, result) => { if (error !== null) reject(error); else resolve(result) })
-    if (latency !== undefined) tracker.on('response', (_client, _status, _bytes, ms) => { latency.record(Math.max(1, Math.round(ms * 1000))) })
-  })
-}
-
 async function pluginStats (port: number): Promise<unknown> {
   try {
     const response = await fetch(`http://127.0.0.1:${port}${STATS_PATH}`)
@@ -193,73 +148,75 @@ function storeDecisions (config: BenchConfig, stats: unknown, scriptCalls: numbe
   return typeof allowed === 'number' && typeof limited === 'number' ? allowed + limited : Number.NaN
 }
 
-export async function runOne (config: BenchConfig, round: number, options: RunOptions): Promise<RunResult> {
+/** CPU counters at one moment: the server (/proc), Redis (INFO cpu, commandstats), the load generator, the machine. */
+interface Snapshot { commands: Awaited<ReturnType<typeof commandStats>>, redis: number, server: number, generator: number, busy: number, wall: bigint }
+
+async function snapshot (admin: Redis, pid: number): Promise<Snapshot> {
+  const commands = await commandStats(admin)
+  const redis = await redisCpuSeconds(admin)
+  return { commands, redis, server: processCpuSeconds(pid), generator: generatorCpuSeconds(), busy: machineBusySeconds(), wall: process.hrtime.bigint() }
+}
+
+type Measured = Omit<RunResult, 'id' | 'round' | 'loadTool' | 'note' | 'connections' | 'warmup' | 'gate' | 'loadStart' | 'waitedS' | 'loadEnd'>
+
+/** The run's figures from the snapshots around the measured window and what the driver reported. */
+function figures (config: BenchConfig, drove: DriveResult, before: Snapshot, after: Snapshot, stats: unknown, privateRedis: boolean): Measured {
+  const wall = Number(after.wall - before.wall) / 1e9
+  const serverCpu = after.server - before.server
+  const redisCpu = after.redis - before.redis
+  const genCpu = after.generator - before.generator
+  const commands = commandDelta(before.commands, after.commands)
+  const responses = drove.responses
+  const scriptCalls = commands.evalCalls
+  const decisions = storeDecisions(config, stats, scriptCalls)
+  return {
+    rps: responses / drove.seconds,
+    p50: drove.p50Ms,
+    p99: drove.p99Ms,
+    responses,
+    non2xx: drove.non2xx,
+    errors: drove.errors,
+    statusCodes: drove.statusCodes,
+    nodeCpuUsPerReq: serverCpu * 1e6 / responses,
+    serverCpuPercent: serverCpu / wall * 100,
+    generatorCpuPercent: genCpu / wall * 100,
+    otherCpuPercent: Math.max(0, after.busy - before.busy - serverCpu - genCpu - (privateRedis ? redisCpu : 0)) / wall * 100,
+    redisCpuUsPerDecision: decisions > 0 ? redisCpu * 1e6 / decisions : Number.NaN,
+    redisCommands: commands.total,
+    decisions,
+    scriptCalls,
+    decisionsPerCall: scriptCalls > 0 ? decisions / scriptCalls : Number.NaN,
+    evalUsecPerDecision: decisions > 0 ? commands.evalUsec / decisions : Number.NaN,
+    callsPerDecision: decisions > 0 ? (commands.total - scriptCalls) / decisions : Number.NaN,
+    pluginStats: stats
+  }
+}
+
+/** One run of a configuration; `gate` is how the quiet-machine gate found the machine just before it. */
+export async function runOne (config: BenchConfig, round: number, options: RunOptions, gate: Gate): Promise<RunResult> {
   const connections = config.connections ?? options.connections
   const warmup = config.warmup ?? options.warmup
   const admin = new Redis(options.redis.url)
   const prefix = `b${round}${Math.random().toString(36).slice(2, 8)}`
+  const base = { id: config.id, round, loadTool: options.driver.tool, connections, warmup, ...gate }
   try {
     if (options.redis.private) await admin.flushall()
     const started = await startServer(config, options, prefix)
-    if ('unsupported' in started) return emptyResult(config, round, started.unsupported)
+    if ('unsupported' in started) return emptyResult(config, round, started.unsupported, base)
     try {
-      const requests = buildRequests(config, started.port)
-      if (warmup > 0) await drive(started.port, requests, connections, warmup)
+      const profile = `http://127.0.0.1:${started.port}/__bench/profile`
+      if (warmup > 0) await options.driver.drive(config, { port: started.port, connections, seconds: warmup })
       const statsBefore = await pluginStats(started.port)
       await sleep(100)
-      const cmdBefore = await commandStats(admin)
-      const redisBefore = await redisCpuSeconds(admin)
-      const serverBefore = processCpuSeconds(started.pid)
-      const genBefore = process.cpuUsage()
-      const busyBefore = machineBusySeconds()
-      const wallBefore = process.hrtime.bigint()
-
-      if (options.profileFile !== undefined) await fetch(`http://127.0.0.1:${started.port}/__bench/profile/start`, { method: 'POST' })
-      const latency = createHistogram()
-      const result = await drive(started.port, requests, connections, options.duration, latency)
-
-      const wall = Number(process.hrtime.bigint() - wallBefore) / 1e9
-      const busy = machineBusySeconds() - busyBefore
-      const gen = process.cpuUsage(genBefore)
-      const serverCpu = processCpuSeconds(started.pid) - serverBefore
-      const redisCpu = await redisCpuSeconds(admin) - redisBefore
-      const genCpu = (gen.user + gen.system) / 1e6
-      const commands = commandDelta(cmdBefore, await commandStats(admin))
+      const before = await snapshot(admin, started.pid)
+      if (options.profileFile !== undefined) await fetch(`${profile}/start`, { method: 'POST' })
+      const drove = await options.driver.drive(config, { port: started.port, connections, seconds: options.duration })
+      const after = await snapshot(admin, started.pid)
+      const loadEnd = loadAverage()
       const statsAfter = await pluginStats(started.port)
-      if (options.profileFile !== undefined) await fetch(`http://127.0.0.1:${started.port}/__bench/profile/stop?file=${encodeURIComponent(options.profileFile)}`, { method: 'POST' })
-
-      const responses = result.requests.total
-      const stats = diffStats(statsBefore, statsAfter)
-      const scriptCalls = commands.evalCalls
-      const decisions = storeDecisions(config, stats, scriptCalls)
-      const statusCodes: Record<string, number> = {}
-      for (const [code, stat] of Object.entries(result.statusCodeStats)) statusCodes[code] = stat.count
-      return {
-        id: config.id,
-        round,
-        note: started.note === '' ? undefined : started.note,
-        rps: responses / result.duration,
-        p50: latency.percentile(50) / 1000,
-        p99: latency.percentile(99) / 1000,
-        responses,
-        non2xx: result.non2xx,
-        errors: result.errors + result.timeouts,
-        statusCodes,
-        nodeCpuUsPerReq: serverCpu * 1e6 / responses,
-        serverCpuPercent: serverCpu / wall * 100,
-        generatorCpuPercent: genCpu / wall * 100,
-        otherCpuPercent: Math.max(0, busy - serverCpu - genCpu - (options.redis.private ? redisCpu : 0)) / wall * 100,
-        redisCpuUsPerDecision: decisions > 0 ? redisCpu * 1e6 / decisions : Number.NaN,
-        redisCommands: commands.total,
-        decisions,
-        scriptCalls,
-        decisionsPerCall: scriptCalls > 0 ? decisions / scriptCalls : Number.NaN,
-        evalUsecPerDecision: decisions > 0 ? commands.evalUsec / decisions : Number.NaN,
-        callsPerDecision: decisions > 0 ? (commands.total - scriptCalls) / decisions : Number.NaN,
-        connections,
-        warmup,
-        pluginStats: stats
-      }
+      if (options.profileFile !== undefined) await fetch(`${profile}/stop?file=${encodeURIComponent(options.profileFile)}`, { method: 'POST' })
+      const measured = figures(config, drove, before, after, diffStats(statsBefore, statsAfter), options.redis.private)
+      return { ...base, note: started.note === '' ? undefined : started.note, loadEnd, ...measured }
     } finally {
       await stopServer(started.child)
     }
@@ -268,10 +225,16 @@ export async function runOne (config: BenchConfig, round: number, options: RunOp
   }
 }
 
-export function emptyResult (config: BenchConfig, round: number, unsupported: string): RunResult {
+/** A run with no figures (unsupported, or failed); `base` carries what is known of it. */
+export function emptyResult (config: BenchConfig, round: number, unsupported: string, base: Partial<RunResult> = {}): RunResult {
   return {
     id: config.id,
     round,
+    loadTool: '',
+    gate: 'unchecked',
+    loadStart: Number.NaN,
+    waitedS: 0,
+    loadEnd: Number.NaN,
     unsupported,
     rps: Number.NaN,
     p50: Number.NaN,
@@ -293,6 +256,7 @@ export function emptyResult (config: BenchConfig, round: number, unsupported: st
     callsPerDecision: Number.NaN,
     connections: config.connections ?? 0,
     warmup: config.warmup ?? 0,
-    pluginStats: undefined
+    pluginStats: undefined,
+    ...base
   }
 }

@@ -1,5 +1,7 @@
 /*
- * Redis-side cost of each script, without HTTP or Fastify: a pipelined EVALSHA
+ * Redis-side cost of each script, without HTTP. First the batch script in full
+ * batches beside its floors (benchmarks/batches.ts: the issue 17 figures).
+ * Then each per-algorithm script alone, without Fastify: a pipelined EVALSHA
  * loop against the private server. Per path (admitted over 10k keys, admitted
  * on one hot key, rejected) it reports µs per decision three ways (wall clock
  * of the loop, Redis CPU from INFO cpu, EVALSHA usec_per_call from INFO
@@ -13,9 +15,11 @@
  */
 import { Redis } from 'ioredis'
 import { ALGORITHMS, type AlgorithmName } from '../lib/index.js'
+import { DECISION_STRIDE } from '../lib/store/redis/protocol.js'
 import { loadScripts } from '../lib/store/redis/scripts.js'
 import { clientIp, KEYS_10K } from './configs.js'
 import { commandStats, parseInfo, redisCpuSeconds, type BenchRedis } from './common.js'
+import { batchMarkdown, runBatchBench, type BatchBench } from './batches.js'
 
 const SUFFIX: Record<AlgorithmName, string> = { 'fixed-window': 'fw', 'sliding-window': 'sw', 'sliding-log': 'sl', 'token-bucket': 'tb', gcra: 'gc' }
 
@@ -74,7 +78,8 @@ async function measurePath (client: Redis, admin: Redis, sha: string, keys: Arra
     }
     const replies = await pipeline.exec()
     const first = replies?.[0]
-    const width = typeof keys[0] === 'string' ? 4 : 4 * (keys[0] as string[]).length
+    // DECISION_STRIDE integers per block (the reply layout is the script's own: protocol.ts owns it).
+    const width = DECISION_STRIDE * (typeof keys[0] === 'string' ? 1 : (keys[0] as string[]).length)
     if (first === undefined || first[0] !== null || !Array.isArray(first[1]) || first[1].length !== width || first[1][0] !== expectAllowed) replyOk = false
   }
   const wall = Number(process.hrtime.bigint() - start) / 1e3
@@ -135,16 +140,20 @@ async function multiSource (): Promise<string | undefined> {
   }
 }
 
-export async function runScriptBench (redis: BenchRedis, options: { quick: boolean }): Promise<{ markdown: string, raw: unknown }> {
+export async function runScriptBench (redis: BenchRedis, options: { quick: boolean }): Promise<{ markdown: string, raw: unknown, batches: BatchBench | undefined }> {
   if (!redis.private) {
-    return { markdown: '## Scripts (Redis side)\n\nSkipped: needs a private redis-server (it resets stats and flushes).\n', raw: undefined }
+    return { markdown: '## Scripts (Redis side)\n\nSkipped: needs a private redis-server (it resets stats and flushes).\n', raw: undefined, batches: undefined }
   }
   const client = new Redis(redis.url)
   const admin = new Redis(redis.url)
   const count = options.quick ? 10_000 : 100_000
   const paths: PathResult[] = []
   const memory: MemoryResult[] = []
+  let batches: BatchBench | undefined
   try {
+    await admin.flushall()
+    // Multiples of 512 decisions: every call a full batch of 128.
+    batches = await runBatchBench(redis.url, admin, options.quick ? 10_240 : 102_400)
     await admin.flushall()
     const floorSha = await loadSha(client, 'return 1')
     const floor = await measurePath(client, admin, floorSha, ['k'], [], count, Number.NaN)
@@ -212,6 +221,7 @@ export async function runScriptBench (redis: BenchRedis, options: { quick: boole
 
   const f = (value: number, digits = 1): string => Number.isFinite(value) ? value.toFixed(digits) : '–'
   const lines = [
+    ...(batches === undefined ? [] : [batchMarkdown(batches)]),
     '## Scripts (Redis side, no HTTP)',
     '',
     `Pipelined EVALSHA (500 per pipeline) from one ioredis client to the private server, ${count.toLocaleString('en-US')} decisions per path (10,000 for "new key"), Redis TIME as the clock. ` +
@@ -232,5 +242,5 @@ export async function runScriptBench (redis: BenchRedis, options: { quick: boole
     ...memory.map((m) => `| ${m.algorithm} | ${m.state} | ${m.memoryUsage.toLocaleString('en-US')} | ${Math.round(m.perKeyInfo).toLocaleString('en-US')} | ${m.encoding} |`),
     ''
   ]
-  return { markdown: lines.join('\n'), raw: { paths, memory } }
+  return { markdown: lines.join('\n'), raw: { batches, paths, memory }, batches }
 }

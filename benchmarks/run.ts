@@ -58,7 +58,7 @@ function buildServer (): { entry: string, cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'rrl-bench-build-'))
   const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc')
   const result = spawnSync(process.execPath, [tsc, '--outDir', dir, '--rootDir', ROOT, '--module', 'NodeNext', '--moduleResolution', 'NodeNext',
-    '--target', 'ES2022', '--skipLibCheck', '--esModuleInterop', '--types', 'node', join(HERE, 'server.ts'), join(ROOT, 'lib', 'index.ts')], { encoding: 'utf8' })
+    '--target', 'ES2022', '--skipLibCheck', '--esModuleInterop', '--strict', '--types', 'node', join(HERE, 'server.ts'), join(ROOT, 'lib', 'index.ts')], { encoding: 'utf8' })
   writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n')
   symlinkSync(join(ROOT, 'scripts'), join(dir, 'scripts'))
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'))

@@ -31,6 +31,8 @@ export interface BenchConfig {
    * calls, so throughput rows are measured without it.
    */
   batchMetrics?: boolean
+  /** The plugin's Redis client (default ioredis; `node-redis`: the `redis` package, v6, `disableOfflineQueue: true`). */
+  client?: 'ioredis' | 'node-redis'
   /** Fixed connection count for this configuration (else --connections). */
   connections?: number
   /** Fixed warm-up seconds (overload: 0, the 25 admissions must fall in the measured window). */
@@ -70,6 +72,7 @@ export const CONFIGS: BenchConfig[] = [
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-10k`, label: `${algorithm}, 10k keys`, kind: 'ours', load: '10k', algorithm, autoPipelining: false })),
   ...ALGOS.map((algorithm): BenchConfig => ({ id: `${algorithm}-hot`, label: `${algorithm}, 1 hot key`, kind: 'ours', load: 'hot', algorithm, autoPipelining: false })),
   { id: 'sliding-window-10k-ap', label: 'sliding-window, 10k keys, auto-pipelining', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: true },
+  { id: 'sliding-window-10k-node-redis', label: 'sliding-window, 10k keys, node-redis v6 client', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, client: 'node-redis' },
   { id: 'sliding-window-10k-nobatch', label: 'sliding-window, 10k keys, batchWrites: false (one script call per decision)', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, batchWrites: false },
   { id: 'sliding-window-10k-mb64', label: 'sliding-window, 10k keys, maxBatch: 64', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, maxBatch: 64 },
   { id: 'sliding-window-10k-mb256', label: 'sliding-window, 10k keys, maxBatch: 256', kind: 'ours', load: '10k', algorithm: 'sliding-window', autoPipelining: false, maxBatch: 256 },

@@ -19,6 +19,7 @@ import { Session } from 'node:inspector/promises'
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
+import { createClient } from 'redis'
 import rateLimit, { CHANNELS, METRICS, type StoreErrorMessage } from '../lib/index.js'
 import { blockFor, configById, denyCacheCandidates, OVERLOAD_LIMIT, STATS_PATH, type BenchConfig } from './configs.js'
 
@@ -99,9 +100,24 @@ function recordBatchMetrics (): RecordingMeter {
   return meter
 }
 
+/** A node-redis v6 client with the options docs/clients.md recommends (the node-redis configuration). */
+function nodeRedisClient () {
+  return createClient({ url: process.env.BENCH_REDIS_URL, disableOfflineQueue: true })
+}
+type NodeRedisClient = ReturnType<typeof nodeRedisClient>
+
+async function connectNodeRedis (): Promise<NodeRedisClient> {
+  const client = nodeRedisClient()
+  // node-redis throws on an 'error' event without a listener: the application's job, so the bench's.
+  client.on('error', (error: unknown) => { process.stderr.write(`node-redis: ${messageOf(error)}\n`) })
+  await client.connect()
+  return client
+}
+
 async function main (): Promise<void> {
   const app = newApp()
   let redis: Redis | undefined
+  let nodeRedis: NodeRedisClient | undefined
   let note = ''
   let stats: () => unknown = () => ({})
 
@@ -127,7 +143,8 @@ async function main (): Promise<void> {
     const tuned: Record<string, unknown> = {}
     if (config.batchWrites !== undefined) tuned.batchWrites = config.batchWrites
     if (config.maxBatch !== undefined) tuned.maxBatch = config.maxBatch
-    await app.register(rateLimit, { redis, prefix, ...tuned, ...extra } as never)
+    if (config.client === 'node-redis') nodeRedis = await connectNodeRedis()
+    await app.register(rateLimit, { redis: nodeRedis ?? redis, prefix, ...tuned, ...extra } as never)
     const block = config.load === 'flood'
       ? { algorithm: config.algorithm, limit: 1, window: '1h' }
       : config.load === 'overload'
@@ -183,6 +200,7 @@ async function main (): Promise<void> {
   const stop = (): void => {
     app.close().finally(() => {
       redis?.disconnect()
+      nodeRedis?.destroy()
       process.exit(0)
     })
   }

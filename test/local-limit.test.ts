@@ -75,11 +75,11 @@ test('two instances, Redis stopped, hung, then back: each admits its share local
 
   await server.start()
   await waitFor('clients reconnected', () => members.every((m) => m.redis.status === 'ready'), 5000, 5)
-  // The breaker may still be cooling down (250 ms): wait for Redis to decide again.
+  // Each instance's breaker may still be cooling down (250 ms): wait until Redis decides for every one.
   await waitFor('Redis decides again', async () => {
     decisions.length = 0
-    await members[0]!.app.inject({ url: '/x', headers: { 'x-id': 'probe' } })
-    return decisions[0]?.source === 'store'
+    for (const member of members) await member.app.inject({ url: '/x', headers: { 'x-id': 'probe' } })
+    return decisions.length === members.length && decisions.every((d) => d.source === 'store')
   }, 3000, 20)
   const back = await flood(members, 'back')
   t.same(back.admitted, [LIMIT, 0], 'back: Redis holds the fleet-wide limit again')

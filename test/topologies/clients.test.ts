@@ -5,6 +5,7 @@ import { OVERRIDE_POLL_MS } from '../../lib/api/overrides.js'
 import { buildApp } from '../helpers/app.js'
 import { FLAVOURS, type ClientFlavour, type FlavourClient } from '../helpers/clients.js'
 import { scriptCalls, uniquePrefix } from '../helpers/redis.js'
+import { performance } from 'node:perf_hooks'
 import { adminClient, startCluster, startProxy, startServer, waitFor } from '../helpers/topologies.js'
 
 /*
@@ -128,6 +129,26 @@ async function clusterBatching (t: Test, flavour: ClientFlavour): Promise<void> 
   t.equal(a.app.rateLimit.stats().degraded + b.app.rateLimit.stats().degraded, 0, 'no decision degraded')
 }
 
+/**
+ * A turn that blocks Node longer than `timeout` right after the flush: the
+ * decision timer fires before node-redis (which writes one turn later) has
+ * even written the call. Redis was never silent on it, so the decision must
+ * still come from Redis (the timeout rule measures Redis, not Node's lag).
+ */
+async function lagAfterFlush (t: Test, flavour: ClientFlavour): Promise<void> {
+  const { app } = await instance(t, async () => await flavour.standalone(shared.port), { prefix: uniquePrefix('lag') })
+  t.equal((await app.inject('/count')).statusCode, 200, 'warm')
+  for (let i = 0; i < 5; i++) {
+    const decision = app.rateLimit.consume('GET /count', { ip: '10.0.0.1' })
+    // consume() reaches the dispatcher after a few microtasks; queued after its flush, the block
+    // runs in the same check phase, so the next turn starts with the decision timer expired.
+    for (let k = 0; k < 20; k++) await null
+    setImmediate(() => { const end = performance.now() + TIMEOUT + 30; while (performance.now() < end);/* block */ })
+    const result = await decision
+    t.equal(result.degraded, false, `decision ${i + 1}: from Redis, not degraded, after ${TIMEOUT + 30} ms of Node lag`)
+  }
+}
+
 async function clusterScriptCalls (): Promise<number> {
   let calls = 0
   for (const node of cluster.nodes) calls += await scriptCalls(cluster.admin(node.port))
@@ -138,4 +159,5 @@ for (const flavour of FLAVOURS) {
   test(`${flavour.name}: exact with two instances, NOSCRIPT, a flood, override polling`, async (t) => { await exactness(t, flavour) })
   test(`${flavour.name}: lost reply counted once, server hung, port closed`, async (t) => { await faults(t, flavour) })
   test(`${flavour.name}: Cluster, exact and batched by hash tag`, async (t) => { await clusterBatching(t, flavour) })
+  test(`${flavour.name}: Node blocked past the timeout right after the flush: still decided by Redis`, async (t) => { await lagAfterFlush(t, flavour) })
 }

@@ -1,8 +1,9 @@
 import tap, { test } from 'tap'
 import { createClient, createClientPool, createSentinel } from 'redis'
+import { createClient as createClient5 } from 'redis5'
 import { Redis } from 'ioredis'
 import { buildApp } from '../helpers/app.js'
-import { scriptCalls, uniquePrefix } from '../helpers/redis.js'
+import { uniquePrefix } from '../helpers/redis.js'
 import { HOST } from '../helpers/clients.js'
 import { adminClient, startSentinel, startServer } from '../helpers/topologies.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
@@ -45,25 +46,37 @@ test('keyPrefix: node-redis 6 and ioredis store the same keys under it', async (
   t.same(nodeKeys.map((key) => key.replace(/\d+:/, ':')).sort(), ioKeys.map((key) => key.replace(/\d+:/, ':')).sort(), 'the same layout as ioredis')
 })
 
-test('a call defused before node-redis wrote it never reaches Redis; a written one is answered', async (t) => {
+test('a call defused before node-redis wrote it runs nothing; a written one is answered', async (t) => {
   const client = await connected()
   t.teardown(() => { client.destroy() })
   const port = clientPort(client)!
-  const before = await scriptCalls(admin)
-  const call = port.script('eval', 'return 1', [0])
+  const key = `${uniquePrefix('defuse')}:k`
+  const call = port.script('eval', "return redis.call('INCR', KEYS[1])", [1, key])
   const handedAt = call.writtenAt
+  t.notOk(call.written, 'held by the client until its next turn')
   call.defuse()
-  const error: unknown = await call.reply.then(() => undefined, (reason: unknown) => reason)
-  t.equal((error as Error | undefined)?.constructor.name, 'AbortError', 'aborted in the queue')
-  t.notOk(port.isServerError(error), 'a client-side error: it does not show Redis alive')
-  t.equal(await scriptCalls(admin) - before, 0, 'Redis ran nothing')
-  const written = port.script('eval', 'return 7', [1, 'k', 'v'])
-  t.equal(await written.reply, 7)
-  t.ok(written.writtenAt > handedAt, 'writtenAt is the write, after the hand-off')
+  t.equal(await call.reply, 0, 'written later as the inert script: it answers 0')
+  t.equal(await admin.get(key), null, 'and touched no key')
+  const written = port.script('eval', "return redis.call('INCR', KEYS[1])", [1, key])
+  t.equal(await written.reply, 1)
+  t.ok(written.written && written.writtenAt > handedAt, 'writtenAt is the write, after the hand-off')
   written.defuse()
-  t.equal(await scriptCalls(admin) - before, 1, 'a defuse after the write changes nothing')
+  t.equal(await admin.get(key), '1', 'a defuse after the write changes nothing')
   const noscript: unknown = await port.script('evalsha', '0'.repeat(40), [0]).reply.then(() => undefined, (reason: unknown) => reason)
   t.ok(port.isServerError(noscript) && isNoScript(noscript), 'NOSCRIPT is an error reply from Redis (Redis alive), and recognised')
+})
+
+test('node-redis 5: calls defused in turn while queued leave the client working (its queue is never unlinked)', async (t) => {
+  const client = createClient5({ socket: { host: HOST, port: server.port }, disableOfflineQueue: true })
+  client.on('error', () => {})
+  await client.connect()
+  t.teardown(() => { client.destroy() })
+  const port = clientPort(client)!
+  // Aborting queued commands one after another corrupts v5's queue; every later command then hangs.
+  const calls = [1, 2, 3].map(() => port.script('eval', 'return 1', [0]))
+  for (const call of calls) call.defuse()
+  t.same(await Promise.all(calls.map(async (call) => await call.reply)), [0, 0, 0], 'each written as the inert script')
+  t.equal(await client.sendCommand(['PING']), 'PONG', 'a later command is still written and answered')
 })
 
 test('createSentinel: exact under concurrency, warm scripts at ready()', async (t) => {

@@ -22,8 +22,10 @@ import { bySlot } from './slots.js'
  * (setImmediate), it is still unanswered AND Redis has answered nothing of
  * this store's on that connection for `timeout` ms since the call was written
  * (a call behind a long pipeline waits while the calls ahead of it are being
- * answered). A hung or unreachable Redis answers nothing, so its decisions end
- * within `timeout` plus one event-loop turn. The number of decisions queued or
+ * answered; one the client still holds, waiting for the socket to drain, waits
+ * while Redis owes this store nothing on that connection). A hung or
+ * unreachable Redis answers nothing, so its decisions end within `timeout`
+ * plus one event-loop turn. The number of decisions queued or
  * in flight is capped (`maxPending`): beyond it the route's onRedisError
  * answers at once instead of growing the backlog.
  *
@@ -61,7 +63,20 @@ export interface DispatchOptions {
 }
 
 /** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
-interface Progress { lastAt: number }
+interface Progress {
+  lastAt: number
+  /** This store's unanswered calls on the connection. */
+  open: Set<InFlight>
+}
+
+/** A call the client still holds after this many timeouts is abandoned even if Redis owes nothing (another user filled the socket). */
+const UNWRITTEN_TIMEOUTS = 20
+
+/** Whether Redis owes a reply to one of this store's calls on the connection, other than `call`. */
+function owed (call: InFlight): boolean {
+  for (const other of call.progress.open) if (other !== call && other.current.written) return true
+  return false
+}
 
 /** One script call in flight: its jobs and what the timeout rule judges it by. */
 interface InFlight {
@@ -165,7 +180,7 @@ export class Dispatcher {
   #progressOf (node: string): Progress {
     let progress = this.#progress.get(node)
     if (progress === undefined) {
-      progress = { lastAt: 0 }
+      progress = { lastAt: 0, open: new Set() }
       this.#progress.set(node, progress)
     }
     return progress
@@ -192,12 +207,14 @@ export class Dispatcher {
       firedAt: 0,
       timer: undefined
     }
+    call.progress.open.add(call)
     call.timer = setTimeout(this.#onTimer, this.#options.timeout, call)
     this.#listen(call)
   }
 
   #finish (call: InFlight): void {
     call.settled = true
+    call.progress.open.delete(call)
     if (call.timer !== undefined) clearTimeout(call.timer)
     this.#options.onBatch?.(call.jobs.length, performance.now() - call.first.writtenAt)
   }
@@ -226,7 +243,13 @@ export class Dispatcher {
       call.timer = setTimeout(this.#onTimer, timeout, call)
       return
     }
-    // Written later than it was handed over (node-redis writes one turn after): Redis has had less
+    // Still held by the client (node-redis waits for the socket to drain) while Redis owes this store
+    // nothing on the connection: the wait is Node's, not Redis's. Bounded, for a socket filled by others.
+    if (!call.current.written && !owed(call) && call.firedAt - call.current.writtenAt < timeout * UNWRITTEN_TIMEOUTS) {
+      call.timer = setTimeout(this.#onTimer, timeout, call)
+      return
+    }
+    // Written later than it was handed over (node-redis writes one turn after, or at drain): Redis has had less
     // than `timeout` since the write. The rest of it; a client that writes at once never gets here.
     const left = timeout - (call.firedAt - call.first.writtenAt)
     if (left > 1) {

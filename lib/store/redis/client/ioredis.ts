@@ -102,6 +102,7 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
         node,
         // Written synchronously: the store sends only to a ready client.
         writtenAt: performance.now(),
+        written: true,
         defuse: () => { command.args[0] = INERT[op] }
       }
     },

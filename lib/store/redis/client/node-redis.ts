@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { keySlot } from '../slots.js'
-import { toStringMap, type ClientKind, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
+import { INERT, toStringMap, type ClientKind, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
 
 /*
  * node-redis (the `redis` package, v5 and v6): createClient, createCluster,
@@ -10,12 +10,19 @@ import { toStringMap, type ClientKind, type ClientPort, type MasterPort, type Sc
  * - KEYS are prefixed here with the client's v6 `keyPrefix` (raw sendCommand
  *   ignores it), as ioredis would prefix them;
  * - `typeMapping: {}` per call, so a global Buffer mapping changes nothing;
- * - a command is written on setImmediate after sendCommand, so `writtenAt`
- *   is marked then: the timeout rule measures from the real write;
- * - defuse aborts the call: an unwritten command leaves the queue and is
- *   never written; a written one is never resent by createClient or
- *   createCluster (createSentinel may resend a call written before a master
- *   drop: see docs/clients.md).
+ * - a command is written one turn after sendCommand, or later, once the
+ *   socket drains, when a flood filled it: node-redis removes the command's
+ *   abort listener as it encodes it into the socket, so that removal marks
+ *   `writtenAt` (the timeout rule measures from the real write);
+ * - defuse rewrites the unwritten command in place (an unknown SHA, or
+ *   `return 0`): node-redis encodes the array it was given at write time, so
+ *   a copy written later runs nothing. It aborts only on a v6 Cluster, whose
+ *   raw sendCommand copies the arguments: v5's queue unlinks an aborted
+ *   command with a remove() that corrupts the list when two queued commands
+ *   are aborted in turn (every later command then waits forever; v6 fixed
+ *   it). A written command is never resent by createClient or createCluster
+ *   (createSentinel may resend one written before a master drop: see
+ *   docs/clients.md).
  * The store never adds an 'error' listener (it would hide the application's
  * errors) and never calls connect() (the application's would then throw).
  */
@@ -111,6 +118,21 @@ async function pollReady (isReady: () => boolean, ms: number): Promise<void> {
 }
 
 /** The script call's wire arguments: strings only, KEYS prefixed. */
+interface WriteMark { controller: AbortController, at: number, written: boolean }
+
+/** A command's abort signal that records the write: node-redis drops its listener as it encodes the command. */
+function writeMark (): WriteMark {
+  const mark: WriteMark = { controller: new AbortController(), at: performance.now(), written: false }
+  const { signal } = mark.controller
+  const remove = signal.removeEventListener.bind(signal)
+  signal.removeEventListener = (...args: Parameters<AbortSignal['removeEventListener']>) => {
+    mark.at = performance.now()
+    mark.written = true
+    remove(...args)
+  }
+  return mark
+}
+
 function scriptArgs (op: ScriptOp, first: string, framed: ReadonlyArray<string | number>, prefix: string): string[] {
   const count = Number(framed[0])
   const args = [op === 'evalsha' ? 'EVALSHA' : 'EVAL', first, String(count)]
@@ -125,6 +147,8 @@ export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPo
   const prefix = (client as { _keyPrefix?: unknown })._keyPrefix
   const pre = typeof prefix === 'string' ? prefix : ''
   const isReady = (): boolean => (client as { isReady?: boolean }).isReady ?? client.isOpen
+  // A v6 Cluster (the one with isReady) copies a raw command's arguments into its parser.
+  const copiesArgs = cluster && (client as { isReady?: boolean }).isReady !== undefined
   const nodeOf = (key: string | undefined): string =>
     cluster && key !== undefined ? (client as NodeRedisClusterLike).slots[keySlot(key)]?.master?.address ?? 'unknown' : 'standalone'
   return {
@@ -136,16 +160,18 @@ export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPo
     script: (op, first, framed): ScriptCall => {
       const args = scriptArgs(op, first, framed, pre)
       const firstKey = Number(framed[0]) > 0 ? args[3] : undefined
-      const abort = new AbortController()
-      let writtenAt = performance.now()
-      const reply = send(firstKey, args, { abortSignal: abort.signal, typeMapping: {} })
-      // The client writes in its own setImmediate, in this same check phase: this mark is the write.
-      setImmediate(() => { writtenAt = performance.now() })
+      const mark = writeMark()
+      const reply = send(firstKey, args, { abortSignal: mark.controller.signal, typeMapping: {} })
       return {
         reply,
         node: nodeOf(firstKey),
-        get writtenAt () { return writtenAt },
-        defuse: () => { abort.abort() }
+        get writtenAt () { return mark.at },
+        get written () { return mark.written },
+        defuse: () => {
+          if (mark.written) return
+          args[1] = INERT[op]
+          if (copiesArgs) mark.controller.abort()
+        }
       }
     },
     isServerError: (error) => SERVER_ERRORS.has((error as { constructor?: { name?: string } } | null)?.constructor?.name ?? ''),

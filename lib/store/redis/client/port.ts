@@ -14,6 +14,8 @@ export interface ScriptCall {
   readonly node: string
   /** performance.now() when the call was written; until then, when it was handed to the client. */
   readonly writtenAt: number
+  /** false while the client still holds the call (node-redis waits for the socket to drain). */
+  readonly written: boolean
   /** After this, no copy of the call the client writes from now on runs anything. Idempotent; never throws. */
   defuse: () => void
 }

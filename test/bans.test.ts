@@ -1,6 +1,7 @@
 import { test, type Test } from 'tap'
+import diagnostics from 'node:diagnostics_channel'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
-import rateLimit, { errors, type RateLimitDecision, type RateLimitPluginOptions } from '../lib/index.js'
+import rateLimit, { CHANNELS, errors, type DecisionMessage, type RateLimitDecision, type RateLimitPluginOptions, type RateLimitRefusal } from '../lib/index.js'
 import { FLEET_POLL_MS } from '../lib/api/fleet-records.js'
 import { TestClock } from './helpers/app.js'
 import { createClient, deletePrefix, getRedis, uniquePrefix } from './helpers/redis.js'
@@ -213,11 +214,48 @@ test('the memory store keeps bans in the process: expiry by the plugin clock, un
   t.equal((await hit(app, '/', { ip: '192.0.2.9' })).statusCode, 403)
   t.same(await app.rateLimit.listBans(), [timed, v6])
   clock.advance(1000)
+  t.equal(app.rateLimit.stats().allowed, 0, 'a refused request is not decided')
+  t.equal((await app.rateLimit.peek('GET /', { ip: '192.0.2.9' })).remaining, 5, 'and charges nothing')
   t.same((await hit(app, '/', { ip: '192.0.2.9' })).json(), { outcome: 'allowed' }, 'lapsed')
   t.same(await app.rateLimit.listBans(), [v6], 'and pruned')
   t.equal(await app.rateLimit.unban(timed.id, { actor: 'a', reason: 'r' }), false, 'already gone')
   t.equal(await app.rateLimit.unban(v6.id, { actor: 'a', reason: 'r' }), true)
   t.equal((await hit(app, '/', { ip: '2001:db8:1:2::ffff' })).statusCode, 200)
+})
+
+test('a ban wins over allowList, covers the HEAD twin and the notFound limit, reaches replyBuilder and the decision channel', async (t) => {
+  const refusals: RateLimitRefusal[] = []
+  const app = Fastify()
+  await app.register(rateLimit, {
+    store: 'memory',
+    clock: new TestClock().read,
+    allowList: ['192.0.2.0/24'],
+    notFound: { limit: 20, window: '1m' },
+    replyBuilder: (_request, refusal) => { refusals.push(refusal); return { body: { status: refusal.statusCode } } }
+  })
+  app.get('/page', { config: { rateLimit: { limit: 5, window: '1m' } } }, async () => 'ok')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  const messages: DecisionMessage[] = []
+  const listen = (message: unknown): void => { messages.push(message as DecisionMessage) }
+  diagnostics.subscribe(CHANNELS.decision, listen)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.decision, listen) })
+
+  t.equal((await hit(app, '/page', { ip: '192.0.2.1' })).headers.ratelimit, undefined, 'allow-listed: not limited')
+  await app.rateLimit.ban({ target: 'GET /page', identity: { ip: '192.0.2.1' }, ttl: 60_000, actor: 'ops', reason: 'r' })
+  const refused = await hit(app, '/page', { ip: '192.0.2.1' })
+  t.equal(refused.statusCode, 403, 'the ban wins over allowList')
+  t.same(refused.json(), { status: 403 }, 'replyBuilder built the body')
+  t.equal(refused.headers['retry-after'], undefined, 'no Retry-After on a 403, with a builder too')
+  t.match(refusals[0], { statusCode: 403, retryAfter: 0, violatedPolicies: [], decision: { allowed: false, outcome: 'banned', retryAfterMs: 60_000, policy: 'get-page' } })
+  t.match(messages.at(-1), { route: 'GET /page', outcome: 'banned', source: 'ban', policy: 'get-page' }, 'published on the decision channel, and nothing after it: the hook stops there')
+  t.equal((await app.inject({ method: 'HEAD', url: '/page', remoteAddress: '192.0.2.1' })).statusCode, 403, 'the HEAD twin of the GET')
+  t.equal(app.rateLimit.policies().find((route) => route.method === 'HEAD' && route.url === '/page')?.bans, 1)
+  t.equal((await hit(app, '/nowhere', { ip: '192.0.2.1' })).statusCode, 404, 'a ban on one route leaves the notFound limit alone')
+
+  await app.rateLimit.ban({ identity: { ip: '198.51.100.77' }, ttl: 60_000, actor: 'ops', reason: 'r' })
+  t.equal((await hit(app, '/nowhere', { ip: '198.51.100.77' })).statusCode, 403, 'an every-route ban covers the notFound limit')
+  t.equal(app.rateLimit.policies().find((route) => route.url === '(not-found)')?.bans, 1)
 })
 
 test('bad calls are refused with FST_RRL_INVALID_API_CALL', async (t) => {

@@ -1,5 +1,4 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { performance } from 'node:perf_hooks'
 import type { Bans } from '../api/bans.js'
 import { recordBan } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
@@ -23,7 +22,8 @@ export interface BanRuntime extends InputRuntime {
 /** A ban is logged once per ban per minute, not once per request under a flood. */
 const LOG_EVERY_MS = 60_000
 
-function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
+/** Refuses a banned request: counted, published, logged once per ban per minute. */
+export function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
   const now = runtime.clock()
   const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - now)
   const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', tier: undefined, policies: [] }
@@ -35,12 +35,4 @@ function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: Com
   }
   const retryAfter = ban.statusCode === 429 ? Math.max(1, Math.ceil(leftMs / 1000)) : 0
   return runtime.refuse(request, reply, policy, { statusCode: ban.statusCode, retryAfter, violatedPolicies: [], decision })
-}
-
-/** The refusal when a ban applies to this request; undefined otherwise. Call it only while `runtime.bans.size > 0`. */
-export async function checkBans (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime): Promise<FastifyReply | undefined> {
-  const startedAt = performance.now()
-  let ban = runtime.bans.match(policy, request)
-  if (ban instanceof Promise) ban = await ban
-  return ban === undefined ? undefined : refuseBanned(request, reply, policy, runtime, ban, startedAt)
 }

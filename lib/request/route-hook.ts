@@ -5,7 +5,7 @@ import { evaluate, recordSkip, type DecisionInput, type Evaluation } from '../de
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../api/overrides.js'
-import { checkBans, type BanRuntime } from './ban-refusal.js'
+import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
@@ -66,9 +66,12 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
     if (checkProxy) checkProxy = checkForwarded(request)
     // An operator's ban wins over allowList and skip; with no ban in force it costs one size check.
+    // (The ban is awaited, not a reply: a reply is a thenable, awaiting it would wait for the response.)
     if (bans.size > 0) {
-      const refused = await checkBans(request, reply, policy, runtime)
-      if (refused !== undefined) return refused
+      const startedAt = performance.now()
+      let ban = bans.match(policy, request)
+      if (ban instanceof Promise) ban = await ban
+      if (ban !== undefined) return refuseBanned(request, reply, policy, runtime, ban, startedAt)
     }
     if (checks.length > 0) {
       const startedAt = performance.now()

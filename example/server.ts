@@ -37,7 +37,7 @@
  * and GET / shows the decisions seen on node:diagnostics_channel.
  */
 import diagnostics from 'node:diagnostics_channel'
-import Fastify, { type FastifyRequest } from 'fastify'
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import fastifyJwt from '@fastify/jwt'
 import fastifyRedis from '@fastify/redis'
 import rateLimit, { CHANNELS, type DecisionMessage } from '../lib/index.js'
@@ -200,55 +200,45 @@ const adminOf = (req: FastifyRequest) => {
   const admin = req.headers['x-admin']
   return typeof admin === 'string' && admin !== '' ? admin : undefined
 }
-app.post('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+// Only admin routes carry this preHandler: a request without x-admin is refused before the handler.
+const admin = { config: { rateLimit: false as const }, preHandler: async (req: FastifyRequest, reply: FastifyReply) => { if (adminOf(req) === undefined) await reply.code(401).send({ error: 'x-admin required' }) } }
+const actorOf = (req: FastifyRequest) => adminOf(req) ?? ''
+const ttlOf = (ttl: string | undefined) => ttl === 'permanent' ? 'permanent' : Number(ttl ?? 600_000)
+app.post('/admin/override', admin, async (req) => {
   const query = req.query as { user?: string, limit?: string, ttl?: string, reason?: string }
   return await app.rateLimit.setOverride({
     target: 'GET /orders/:id',
     identity: query.user === undefined ? undefined : { user: query.user },
     limit: Number(query.limit),
-    ttl: query.ttl === 'permanent' ? 'permanent' : Number(query.ttl ?? 600_000),
-    actor,
+    ttl: ttlOf(query.ttl),
+    actor: actorOf(req),
     reason: query.reason ?? ''
   })
 })
-app.get('/admin/overrides', { config: { rateLimit: false } }, async (req, reply) => {
-  if (adminOf(req) === undefined) return await reply.code(401).send({ error: 'x-admin required' })
-  return await app.rateLimit.listOverrides()
-})
-app.delete('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+app.get('/admin/overrides', admin, async () => await app.rateLimit.listOverrides())
+app.delete('/admin/override', admin, async (req) => {
   const query = req.query as { id?: string, reason?: string }
-  return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor, reason: query.reason ?? '' }) }
+  return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor: actorOf(req), reason: query.reason ?? '' }) }
 })
 
 // Admin: operator bans of one caller (ip, user or apiKey), on every limited route or one, fleet-wide
 // (every instance within 1 s), logged with who and why; reset() never lifts one.
-app.post('/admin/ban', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+app.post('/admin/ban', admin, async (req) => {
   const query = req.query as { ip?: string, user?: string, apiKey?: string, route?: string, ttl?: string, status?: string, reason?: string }
   const identity = query.ip !== undefined ? { ip: query.ip } : query.apiKey !== undefined ? { apiKey: query.apiKey } : { user: query.user ?? '' }
   return await app.rateLimit.ban({
     target: query.route,
     identity,
-    ttl: query.ttl === 'permanent' ? 'permanent' : Number(query.ttl ?? 600_000),
+    ttl: ttlOf(query.ttl),
     statusCode: query.status === '429' ? 429 : 403,
-    actor,
+    actor: actorOf(req),
     reason: query.reason ?? ''
   })
 })
-app.get('/admin/bans', { config: { rateLimit: false } }, async (req, reply) => {
-  if (adminOf(req) === undefined) return await reply.code(401).send({ error: 'x-admin required' })
-  return await app.rateLimit.listBans()
-})
-app.delete('/admin/ban', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+app.get('/admin/bans', admin, async () => await app.rateLimit.listBans())
+app.delete('/admin/ban', admin, async (req) => {
   const query = req.query as { id?: string, reason?: string }
-  return { lifted: await app.rateLimit.unban(query.id ?? '', { actor, reason: query.reason ?? '' }) }
+  return { lifted: await app.rateLimit.unban(query.id ?? '', { actor: actorOf(req), reason: query.reason ?? '' }) }
 })
 
 // Token: a demo sign-in without a password, so /me can be tried with curl (limited per IP like any anonymous route).

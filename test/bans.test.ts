@@ -258,6 +258,23 @@ test('a ban wins over allowList, covers the HEAD twin and the notFound limit, re
   t.equal(app.rateLimit.policies().find((route) => route.url === '(not-found)')?.bans, 1)
 })
 
+test('records a reader cannot use are skipped: garbage, another version\'s, a user ban on an instance without `user`', async (t) => {
+  const prefix = uniquePrefix('ban')
+  const clock = new TestClock()
+  const a = await instance(prefix, clock)
+  const redis = createClient(await getRedis())
+  const b = Fastify()
+  await b.register(rateLimit, { redis, prefix, clock: clock.read })
+  b.get('/orders', { config: { rateLimit: { limit: 100, window: '1m' } } }, async () => 'ok')
+  await b.ready()
+  t.teardown(async () => { await b.close(); await a.close(); redis.disconnect() })
+  await redis.hset(`${prefix}:bans`, 'garbage', '{not json', 'old', JSON.stringify({ id: 'old', kind: 'cookie', statusCode: 403 }), 'teapot', JSON.stringify({ id: 'teapot', kind: 'ip', statusCode: 418 }))
+  const ban = await a.rateLimit.ban({ identity: { user: 'mallory' }, ttl: 60_000, actor: 'ops', reason: 'r' })
+  t.same(await b.rateLimit.listBans(), [ban], 'only the usable record is listed')
+  t.equal((await hit(b, '/orders', { user: 'mallory' })).statusCode, 200, 'B reads no user (no `user` option): the ban cannot match there, and nothing fails')
+  t.equal((await hit(a, '/orders', { user: 'mallory' })).statusCode, 403, 'A, which has the option, refuses')
+})
+
 test('bad calls are refused with FST_RRL_INVALID_API_CALL', async (t) => {
   const app = Fastify()
   await app.register(rateLimit, { store: 'memory', globalLimits: [{ name: 'everyone', limit: 100, window: '1m' }], policies: { jobs: { limit: 3, window: '1m' } } })

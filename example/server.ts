@@ -24,6 +24,11 @@
  *                                                               runtime override: alice gets 500/min on /orders for 10 min, fleet-wide
  *   curl -i http://127.0.0.1:3000/admin/overrides -H 'x-admin: ops-alice'
  *   curl -i -X DELETE 'http://127.0.0.1:3000/admin/override?id=<id>&reason=done' -H 'x-admin: ops-alice'
+ *   curl -i -X POST 'http://127.0.0.1:3000/admin/ban?user=mallory&ttl=600000&reason=INC-43' -H 'x-admin: ops-alice'
+ *                                                               operator ban: mallory gets 403 on every limited route for 10 min, fleet-wide
+ *                                                               (ip=… or apiKey=… instead of user; route=GET%20/orders/:id for one route; status=429)
+ *   curl -i http://127.0.0.1:3000/admin/bans -H 'x-admin: ops-alice'
+ *   curl -i -X DELETE 'http://127.0.0.1:3000/admin/ban?id=<id>&reason=done' -H 'x-admin: ops-alice'
  *   curl -i http://127.0.0.1:3000/reports -H 'x-internal-token: demo-internal'   allowList: internal callers are never limited
  *   curl -i http://127.0.0.1:3000/no-such-page                   notFound: 20 404s a minute per caller, then 429
  * Refusals use a custom body (replyBuilder): the RFC 9457 fields plus a hint.
@@ -32,7 +37,7 @@
  * and GET / shows the decisions seen on node:diagnostics_channel.
  */
 import diagnostics from 'node:diagnostics_channel'
-import Fastify, { type FastifyRequest } from 'fastify'
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import fastifyJwt from '@fastify/jwt'
 import fastifyRedis from '@fastify/redis'
 import rateLimit, { CHANNELS, type DecisionMessage } from '../lib/index.js'
@@ -105,16 +110,24 @@ await app.register(rateLimit, {
   // Never limited, no Redis call (counted as skipped): here a shared secret of internal callers.
   // Addresses and ranges work too: allowList: ['10.0.0.0/8', '2001:db8::/32'].
   allowList: (req) => req.headers['x-internal-token'] === INTERNAL_TOKEN,
-  // The 429/503 body: the RFC 9457 fields plus a hint. (useErrorHandler: true would hand it to setErrorHandler.)
+  // The 429/503/403 body: the RFC 9457 fields plus a hint. (useErrorHandler: true would hand it to setErrorHandler.)
   replyBuilder: (req, refusal) => ({
     headers: { 'content-type': 'application/problem+json' },
-    body: {
-      type: refusal.statusCode === 429 ? 'https://iana.org/assignments/http-problem-types#quota-exceeded' : 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
-      title: refusal.statusCode === 429 ? 'Too Many Requests' : 'Service Unavailable',
-      status: refusal.statusCode,
-      'violated-policies': refusal.violatedPolicies,
-      hint: `retry in ${refusal.retryAfter} s, or ask for the pro plan (x-plan: pro) on /feed`
-    }
+    body: refusal.decision.outcome === 'banned'
+      ? {
+          // An operator ban (/admin/ban): 403, or 429 with Retry-After = the ban's time left.
+          type: 'https://iana.org/assignments/http-problem-types#abnormal-usage-detected',
+          title: refusal.statusCode === 403 ? 'Forbidden' : 'Too Many Requests',
+          status: refusal.statusCode,
+          hint: 'this client is refused by an operator; contact support'
+        }
+      : {
+          type: refusal.statusCode === 429 ? 'https://iana.org/assignments/http-problem-types#quota-exceeded' : 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity',
+          title: refusal.statusCode === 429 ? 'Too Many Requests' : 'Service Unavailable',
+          status: refusal.statusCode,
+          'violated-policies': refusal.violatedPolicies,
+          hint: `retry in ${refusal.retryAfter} s, or ask for the pro plan (x-plan: pro) on /feed`
+        }
   }),
   // Scanners' 404s: one bucket per caller for every URL that does not exist.
   notFound: { limit: 20, window: '1m' },
@@ -187,28 +200,45 @@ const adminOf = (req: FastifyRequest) => {
   const admin = req.headers['x-admin']
   return typeof admin === 'string' && admin !== '' ? admin : undefined
 }
-app.post('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+// Only admin routes carry this preHandler: a request without x-admin is refused before the handler.
+const admin = { config: { rateLimit: false as const }, preHandler: async (req: FastifyRequest, reply: FastifyReply) => { if (adminOf(req) === undefined) await reply.code(401).send({ error: 'x-admin required' }) } }
+const actorOf = (req: FastifyRequest) => adminOf(req) ?? ''
+const ttlOf = (ttl: string | undefined) => ttl === 'permanent' ? 'permanent' : Number(ttl ?? 600_000)
+app.post('/admin/override', admin, async (req) => {
   const query = req.query as { user?: string, limit?: string, ttl?: string, reason?: string }
   return await app.rateLimit.setOverride({
     target: 'GET /orders/:id',
     identity: query.user === undefined ? undefined : { user: query.user },
     limit: Number(query.limit),
-    ttl: query.ttl === 'permanent' ? 'permanent' : Number(query.ttl ?? 600_000),
-    actor,
+    ttl: ttlOf(query.ttl),
+    actor: actorOf(req),
     reason: query.reason ?? ''
   })
 })
-app.get('/admin/overrides', { config: { rateLimit: false } }, async (req, reply) => {
-  if (adminOf(req) === undefined) return await reply.code(401).send({ error: 'x-admin required' })
-  return await app.rateLimit.listOverrides()
-})
-app.delete('/admin/override', { config: { rateLimit: false } }, async (req, reply) => {
-  const actor = adminOf(req)
-  if (actor === undefined) return await reply.code(401).send({ error: 'x-admin required' })
+app.get('/admin/overrides', admin, async () => await app.rateLimit.listOverrides())
+app.delete('/admin/override', admin, async (req) => {
   const query = req.query as { id?: string, reason?: string }
-  return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor, reason: query.reason ?? '' }) }
+  return { cleared: await app.rateLimit.clearOverride(query.id ?? '', { actor: actorOf(req), reason: query.reason ?? '' }) }
+})
+
+// Admin: operator bans of one caller (ip, user or apiKey), on every limited route or one, fleet-wide
+// (every instance within 1 s), logged with who and why; reset() never lifts one.
+app.post('/admin/ban', admin, async (req) => {
+  const query = req.query as { ip?: string, user?: string, apiKey?: string, route?: string, ttl?: string, status?: string, reason?: string }
+  const identity = query.ip !== undefined ? { ip: query.ip } : query.apiKey !== undefined ? { apiKey: query.apiKey } : { user: query.user ?? '' }
+  return await app.rateLimit.ban({
+    target: query.route,
+    identity,
+    ttl: ttlOf(query.ttl),
+    statusCode: query.status === '429' ? 429 : 403,
+    actor: actorOf(req),
+    reason: query.reason ?? ''
+  })
+})
+app.get('/admin/bans', admin, async () => await app.rateLimit.listBans())
+app.delete('/admin/ban', admin, async (req) => {
+  const query = req.query as { id?: string, reason?: string }
+  return { lifted: await app.rateLimit.unban(query.id ?? '', { actor: actorOf(req), reason: query.reason ?? '' }) }
 })
 
 // Token: a demo sign-in without a password, so /me can be tried with curl (limited per IP like any anonymous route).

@@ -17,9 +17,9 @@ export const CHANNELS = {
   storeError: 'fastify-redis-rate-limit:store-error'
 } as const
 
-/** `skipped`: let through unlimited by `allowList` or a route's `skip`, with no store call. */
-export type Outcome = 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped'
-export type DecisionSource = 'store' | 'deny-cache' | 'local' | 'api' | 'allow-list' | 'skip'
+/** `skipped`: let through unlimited by `allowList` or a route's `skip`, with no store call. `banned`: refused by an operator ban, with none either. */
+export type Outcome = 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped' | 'banned'
+export type DecisionSource = 'store' | 'deny-cache' | 'local' | 'api' | 'allow-list' | 'skip' | 'ban'
 
 /** What the decision channel carries. Never an identity value: only its kinds. */
 export interface DecisionMessage {
@@ -34,7 +34,7 @@ export interface DecisionMessage {
   shadowViolated: string[]
   /** Tier applied, when the route has tier maps. */
   tier: string | undefined
-  /** Whether the store was asked (`store`), the local deny cache answered (`deny-cache`), the API (`api`), or nothing was asked (`allow-list`, `skip`: outcome `skipped`). */
+  /** Whether the store was asked (`store`), the local deny cache answered (`deny-cache`), the API (`api`), or nothing was asked (`allow-list`, `skip`: outcome `skipped`; `ban`: outcome `banned`). */
   source: DecisionSource
   /** Milliseconds from the start of the decision to its end (performance.now()). */
   durationMs: number

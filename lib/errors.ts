@@ -158,8 +158,10 @@ export const FST_RRL_REPLY_BUILDER_FAILED = createError(
 
 /**
  * `useErrorHandler: true`: the refusals, handed to Fastify's error handler
- * (`setErrorHandler`). `statusCode` 429 / 503, `rateLimit` carries the
- * decision, `retryAfter` the seconds also sent in `Retry-After`.
+ * (`setErrorHandler`). `statusCode` 429 / 503 / 403 (a ban), `rateLimit`
+ * carries the decision, `retryAfter` the seconds also sent in `Retry-After`
+ * (0 for a 403, which sends none). A ban's 429 is FST_RRL_RATE_LIMITED with
+ * `rateLimit.outcome` `'banned'`.
  */
 export const FST_RRL_RATE_LIMITED = createError(
   'FST_RRL_RATE_LIMITED',
@@ -171,4 +173,10 @@ export const FST_RRL_LIMITER_UNAVAILABLE = createError(
   'FST_RRL_LIMITER_UNAVAILABLE',
   'The rate limiter is temporarily unavailable; retry in %s second(s)',
   503
+)
+
+export const FST_RRL_BANNED = createError(
+  'FST_RRL_BANNED',
+  'Requests from this client are refused by an operator ban',
+  403
 )

@@ -133,7 +133,7 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
   attachHooks(route, policy, state.runtime)
 }
 
-/** onReady: strict mode, routes declared before the plugin, then metrics, the policy table, warm-up and overrides. */
+/** onReady: strict mode, routes declared before the plugin, then metrics, the policy table, warm-up, overrides and bans. */
 async function checkAtReady (state: PluginState, instance: FastifyInstance): Promise<void> {
   const { fastify, options, runtime, listing } = state
   checkConfigKey(instance, options.configKey)
@@ -150,6 +150,7 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   }
   await runtime.store.warmUp(fastify.log)
   runtime.overrides.start()
+  runtime.bans.start()
 }
 
 /** The decorators and the hooks of one plugin instance. */
@@ -169,7 +170,7 @@ function install (state: PluginState): void {
   }
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () { await checkAtReady(state, this) })
   fastify.addHook('onClose', async () => { closeRuntime(runtime) })
-  const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime.overrides)
+  const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)
   fastify.decorate(options.configKey, api)
 }
 

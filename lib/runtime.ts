@@ -1,10 +1,11 @@
 import type { FastifyInstance } from 'fastify'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
+import { Bans } from './api/bans.js'
 import { Overrides } from './api/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
-import type { IdentityKind } from './keys/identity.js'
-import { overridesKey } from './keys/layout.js'
+import type { IdentityContext, IdentityKind } from './keys/identity.js'
+import { bansKey, overridesKey } from './keys/layout.js'
 import type { ResolvedOptions } from './options.js'
 import type { CompileContext } from './policy/policy.js'
 import { headerWriter, redirectGuard } from './reply/headers.js'
@@ -46,12 +47,29 @@ function causeOf (error: unknown): string {
   return error instanceof Error ? error.message : String(error)
 }
 
+/** What rendering identities needs from the options, for routes and bans: identity failures logged once per burst. */
+function identityContext (fastify: FastifyInstance, options: ResolvedOptions, clock: () => number): IdentityContext {
+  const identityErrors = new BurstLogger(clock)
+  return {
+    user: options.user,
+    apiKey: options.apiKey,
+    ipv6Subnet: options.ipv6Subnet,
+    hashSecret: options.hashSecret,
+    identityTimeout: options.identityTimeout,
+    onPartError: (kind: IdentityKind, error: unknown, route: string) => {
+      const err = new FST_RRL_IDENTITY_FAILED(kind, route)
+      identityErrors.report(fastify.log, { err, cause: causeOf(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
+    }
+  }
+}
+
 /** The store, the decision state and the reply path of one plugin instance. */
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   const clock = options.clock ?? Date.now
   let local: MemoryStore | undefined
+  const client = store instanceof RedisStore ? store.client : undefined
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
@@ -62,7 +80,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     redirectGuard: redirectGuard(options.headers),
     allowList: options.allowList,
     refuse,
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0, banned: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
@@ -75,7 +93,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log),
+    overrides: new Overrides(client, overridesKey(options.prefix), clock, fastify.log),
+    bans: new Bans(client, bansKey(options.prefix), clock, fastify.log, identityContext(fastify, options, clock)),
     identityTimeout: options.identityTimeout
   }
   return runtime
@@ -87,30 +106,22 @@ export function compileContext (
   options: ResolvedOptions,
   runtime: PluginRuntime
 ): CompileContext {
-  const identityErrors = new BurstLogger(runtime.clock)
   return {
+    ...identityContext(fastify, options, runtime.clock),
     prefix: options.prefix,
     onRedisError: options.onRedisError,
-    user: options.user,
-    apiKey: options.apiKey,
-    ipv6Subnet: options.ipv6Subnet,
-    hashSecret: options.hashSecret,
     mode: options.mode,
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
-    hook: options.hook,
-    identityTimeout: options.identityTimeout,
-    onPartError: (kind: IdentityKind, error: unknown, route: string) => {
-      const err = new FST_RRL_IDENTITY_FAILED(kind, route)
-      identityErrors.report(fastify.log, { err, cause: causeOf(error) }, 'rate limit identity part threw or returned an unusable value; falling back to the client IP')
-    }
+    hook: options.hook
   }
 }
 
-/** Stops what the runtime started: the store, the override poll, the local limiter, metrics. */
+/** Stops what the runtime started: the store, the override and ban polls, the local limiter, metrics. */
 export function closeRuntime (runtime: PluginRuntime): void {
   runtime.store.close()
   runtime.overrides.close()
+  runtime.bans.close()
   runtime.closeLocal()
   runtime.metrics?.close()
 }

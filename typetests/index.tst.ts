@@ -21,6 +21,9 @@ import rateLimit, {
   type PolicyBlockSummary,
   type PolicySummary,
   type RateLimitApi,
+  type RateLimitBan,
+  type RateLimitBanInput,
+  type RateLimitBanKind,
   type RateLimitOverride,
   type RateLimitBlock,
   type RateLimitDecision,
@@ -30,6 +33,7 @@ import rateLimit, {
   type RateLimitPluginOptions,
   type RedisClientLike,
   type RateLimitPolicyDecision,
+  type RateLimitRefusal,
   type RateLimitStats,
   type RouteRateLimit,
   type StoreErrorMessage,
@@ -206,7 +210,7 @@ describe('decorations', () => {
       expect(request.rateLimit).type.toBe<RateLimitDecision | null>()
       if (request.rateLimit !== null) {
         expect(request.rateLimit.remaining).type.toBe<number>()
-        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'>()
+        expect(request.rateLimit.outcome).type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'>()
         expect(request.rateLimit.policies).type.toBe<RateLimitPolicyDecision[]>()
       }
       return 'ok'
@@ -226,6 +230,13 @@ describe('decorations', () => {
     expect(app.rateLimit.setOverride).type.not.toBeCallableWith({ target: 'GET /orders/:id', limit: 500, ttl: 60_000 })
     expect(app.rateLimit.listOverrides()).type.toBe<Promise<RateLimitOverride[]>>()
     expect(app.rateLimit.clearOverride('id', { actor: 'ops', reason: 'over' })).type.toBe<Promise<boolean>>()
+    expect(app.rateLimit.ban({ identity: { ip: '203.0.113.7' }, ttl: 'permanent', actor: 'ops', reason: 'abuse' })).type.toBe<Promise<RateLimitBan>>()
+    expect(app.rateLimit.ban({ target: 'GET /orders/:id', identity: { user: 'mallory' }, ttl: 60_000, actor: 'ops', reason: 'abuse', statusCode: 429 })).type.toBe<Promise<RateLimitBan>>()
+    expect(app.rateLimit.ban).type.not.toBeCallableWith({ identity: { ip: '203.0.113.7' }, ttl: 60_000, actor: 'ops', reason: 'abuse', statusCode: 404 })
+    expect(app.rateLimit.ban).type.not.toBeCallableWith({ identity: { tier: 'pro' }, ttl: 60_000, actor: 'ops', reason: 'abuse' })
+    expect(app.rateLimit.ban).type.not.toBeCallableWith({ identity: { ip: '203.0.113.7' }, ttl: 60_000 })
+    expect(app.rateLimit.unban('id', { actor: 'ops', reason: 'over' })).type.toBe<Promise<boolean>>()
+    expect(app.rateLimit.listBans()).type.toBe<Promise<RateLimitBan[]>>()
     expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
   })
 })
@@ -257,7 +268,13 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped' | 'banned'>()
+    expect<PolicySummary['bans']>().type.toBe<number | undefined>()
+    expect<RateLimitBanKind>().type.toBe<'ip' | 'user' | 'apiKey'>()
+    expect<RateLimitBan['statusCode']>().type.toBe<403 | 429>()
+    expect<RateLimitBan['expiresAt']>().type.toBe<number | null>()
+    expect<RateLimitBanInput['statusCode']>().type.toBe<403 | 429 | undefined>()
+    expect<RateLimitRefusal['statusCode']>().type.toBe<403 | 429 | 503>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<RedisClientLike | undefined>()
     expect<RedisClientLike>().type.toBeAssignableFrom<Redis | Cluster>()
   })
@@ -266,7 +283,8 @@ describe('every exported type', () => {
     expect(CHANNELS.decision).type.toBe<'fastify-redis-rate-limit:decision'>()
     expect(CHANNELS.storeError).type.toBe<'fastify-redis-rate-limit:store-error'>()
     expect(METRICS.decisions).type.toBe<'rate_limit.decisions'>()
-    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped'>()
+    expect<DecisionMessage['outcome']>().type.toBe<'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped' | 'banned'>()
+    expect<DecisionMessage['source']>().type.toBe<'store' | 'deny-cache' | 'local' | 'api' | 'allow-list' | 'skip' | 'ban'>()
     expect<DecisionMessage['identityKinds']>().type.toBe<string[]>()
     expect<StoreErrorMessage['cause']>().type.toBe<'timeout' | 'unavailable' | 'overloaded' | 'circuit-open' | 'bad-reply' | 'script-error' | 'other'>()
   })
@@ -277,5 +295,6 @@ describe('every exported type', () => {
     expect(error.statusCode).type.toBe<500>()
     expect(error).type.toBeAssignableTo<Error>()
     expect(new errors.FST_RRL_INVALID_BLOCK('GET /x', 'window', 'bad')).type.toBeAssignableTo<Error>()
+    expect(new errors.FST_RRL_BANNED().statusCode).type.toBe<403>()
   })
 })

@@ -2,6 +2,9 @@ import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
+import { banApi, withBans } from './ban-api.js'
+import type { Bans } from './bans.js'
+import { changeText, identityInput, shownIdentity, ttlInput } from './inputs.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
 import type {
@@ -44,24 +47,6 @@ export class PolicyRegistry {
   }
 }
 
-function identityInput (identity: unknown, method: string): RateLimitIdentity {
-  if (identity === null || typeof identity !== 'object' || Array.isArray(identity)) {
-    throw new FST_RRL_INVALID_API_CALL(method, 'the identity must be an object like { ip: \'1.2.3.4\' } or { user: \'alice\' }')
-  }
-  const input = identity as Record<string, unknown>
-  for (const field of ['ip', 'user', 'apiKey', 'tier'] as const) {
-    if (input[field] !== undefined && typeof input[field] !== 'string') {
-      throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be a string (got ${typeof input[field]})`)
-    }
-  }
-  for (const field of ['headers', 'params', 'body'] as const) {
-    if (input[field] !== undefined && (input[field] === null || typeof input[field] !== 'object')) {
-      throw new FST_RRL_INVALID_API_CALL(method, `identity.${field} must be an object`)
-    }
-  }
-  return input as RateLimitIdentity
-}
-
 function apiCost (cost: unknown, method: string): number {
   if (cost === undefined) return 1
   if (!isCost(cost)) {
@@ -96,23 +81,6 @@ function overrideBlock (policy: CompiledPolicy, target: string): number {
   throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
 }
 
-function changeText (value: unknown, field: string, method: string): string {
-  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) {
-    throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
-  }
-  return value
-}
-
-/** What a listing shows of the caller: its kinds, with the ip and user values; secrets and free text never. */
-function shownIdentity (identity: RateLimitIdentity): Record<string, string> {
-  const shownFields: Record<string, string> = {}
-  for (const [field, value] of Object.entries(identity)) {
-    if (value === undefined) continue
-    shownFields[field] = field === 'ip' || field === 'user' || field === 'tier' ? String(value) : '(given)'
-  }
-  return shownFields
-}
-
 async function overrideRecord (
   registry: PolicyRegistry,
   input: RateLimitOverrideInput,
@@ -129,10 +97,7 @@ async function overrideRecord (
   if (!isCount(input.limit, max)) {
     throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
   }
-  const ttl = input.ttl
-  if (ttl !== 'permanent' && !(Number.isSafeInteger(ttl) && ttl > 0)) {
-    throw new FST_RRL_INVALID_API_CALL(method, `ttl must be a positive number of milliseconds or 'permanent' (got ${shown(ttl)})`)
-  }
+  const ttl = ttlInput(input.ttl, method)
   const actor = changeText(input.actor, 'actor', method)
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
@@ -144,7 +109,7 @@ async function overrideRecord (
     route: block.global ? '*' : policy.route,
     identity: identity === undefined ? null : shownIdentity(identity),
     limit: input.limit,
-    expiresAt: ttl === 'permanent' ? null : now + ttl,
+    expiresAt: ttl === null ? null : now + ttl,
     actor,
     reason,
     setAt: now
@@ -174,10 +139,11 @@ export function createApi (
   runtime: Runtime,
   log: FastifyBaseLogger,
   summaries: () => PolicySummary[],
-  overrides: Overrides
+  records: { overrides: Overrides, bans: Bans }
 ): RateLimitApi {
+  const { overrides, bans } = records
   return {
-    policies: () => withOverrides(summaries(), registry, overrides),
+    policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
     stats: () => ({ ...runtime.stats }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
@@ -211,7 +177,8 @@ export function createApi (
       }
       const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
       return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
-    }
+    },
+    ...banApi(registry, bans, runtime.clock)
   }
 }
 

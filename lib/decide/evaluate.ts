@@ -11,7 +11,7 @@ import type { RateLimitDecision } from '../types.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
-export { recordSkip } from './evaluation.js'
+export { recordBan, recordSkip } from './evaluation.js'
 
 /*
  * The decision engine: one request's (or one API call's) blocks in, one

@@ -89,6 +89,17 @@ export function publish (runtime: Runtime, input: DecisionInput, origin: Decisio
   }
 }
 
+/** Publishes a decision no store call took: a skip (allowList, skip) or a ban's refusal. */
+function publishWithoutStore (runtime: Runtime, policy: CompiledPolicy, outcome: 'skipped' | 'banned', source: 'allow-list' | 'skip' | 'ban', startedAt: number): void {
+  const metrics = runtime.metrics
+  if (metrics === undefined && !decisionChannel.hasSubscribers) return
+  const durationMs = performance.now() - startedAt
+  metrics?.decision(policy.route, policy.name, outcome, durationMs)
+  if (decisionChannel.hasSubscribers) {
+    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome, violated: [], shadowViolated: [], tier: undefined, source, durationMs, identityKinds: [] })
+  }
+}
+
 /**
  * A request let through unlimited by `allowList` or a route's `skip`: no
  * store call and no decision, but counted (`stats().skipped`) and published
@@ -96,11 +107,11 @@ export function publish (runtime: Runtime, input: DecisionInput, origin: Decisio
  */
 export function recordSkip (runtime: Runtime, policy: CompiledPolicy, source: 'allow-list' | 'skip', startedAt: number): void {
   runtime.stats.skipped++
-  const metrics = runtime.metrics
-  if (metrics === undefined && !decisionChannel.hasSubscribers) return
-  const durationMs = performance.now() - startedAt
-  metrics?.decision(policy.route, policy.name, 'skipped', durationMs)
-  if (decisionChannel.hasSubscribers) {
-    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome: 'skipped', violated: [], shadowViolated: [], tier: undefined, source, durationMs, identityKinds: [] })
-  }
+  publishWithoutStore(runtime, policy, 'skipped', source, startedAt)
+}
+
+/** Counts and publishes an operator ban's refusal (outcome `banned`, source `ban`). */
+export function recordBan (runtime: Runtime, policy: CompiledPolicy, startedAt: number): void {
+  runtime.stats.banned++
+  publishWithoutStore(runtime, policy, 'banned', 'ban', startedAt)
 }

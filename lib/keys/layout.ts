@@ -165,3 +165,8 @@ export function blockId (layout: KeyLayout, index: number): string {
 export function overridesKey (prefix: string): string {
   return `${prefix}:overrides`
 }
+
+/** The one hash of operator bans per prefix (like overridesKey: one slot, read by every instance). */
+export function bansKey (prefix: string): string {
+  return `${prefix}:bans`
+}

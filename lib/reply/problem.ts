@@ -1,10 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
-import { FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
+import { FST_RRL_BANNED, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
 import type { RateLimitRefusal, ReplyBuilder } from '../types.js'
 
 /*
- * RFC 9457 problem details for the two refusals. No Redis error text and no
+ * RFC 9457 problem details for the refusals: over a limit, limiter unavailable, banned. No Redis error text and no
  * identity value ever reaches a client: bodies are built from the policy and
  * the request path only (the route template when the identity is a path param).
  * The plugin may instead build refusals with the user's `replyBuilder`, or
@@ -14,6 +14,7 @@ import type { RateLimitRefusal, ReplyBuilder } from '../types.js'
 const PROBLEM_TYPE = 'application/problem+json'
 export const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded'
 export const TEMPORARY_REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity'
+export const ABNORMAL_USAGE_DETECTED = 'https://iana.org/assignments/http-problem-types#abnormal-usage-detected'
 
 /** What a reply reads from a compiled policy. */
 export interface ReplySource {
@@ -49,13 +50,35 @@ export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, p
   }))
 }
 
-/** Sends (or, with useErrorHandler, throws) one refusal. Retry-After is always set. */
+/** An operator ban: 403, or 429 with Retry-After = the ban's time left. Never RateLimit fields (no quota applies). */
+export function sendBanned (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, statusCode: 403 | 429, retrySeconds: number): FastifyReply {
+  reply.code(statusCode).type(PROBLEM_TYPE)
+  if (statusCode === 429) reply.header('retry-after', retrySeconds)
+  return reply.send(JSON.stringify({
+    type: ABNORMAL_USAGE_DETECTED,
+    title: statusCode === 429 ? 'Too Many Requests' : 'Forbidden',
+    status: statusCode,
+    detail: statusCode === 429
+      ? `Requests from this client are refused; retry in ${retrySeconds} ${retrySeconds === 1 ? 'second' : 'seconds'}.`
+      : 'Requests from this client are refused.',
+    instance: instanceOf(request, policy)
+  }))
+}
+
+/** Sends (or, with useErrorHandler, throws) one refusal. Retry-After is set on every refusal but a 403. */
 export type Refuse = (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, refusal: RateLimitRefusal) => FastifyReply
 
 function sendDefault (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, refusal: RateLimitRefusal): FastifyReply {
-  return refusal.statusCode === 429
+  const { statusCode } = refusal
+  if (statusCode === 403 || refusal.decision.outcome === 'banned') return sendBanned(request, reply, policy, statusCode === 403 ? 403 : 429, refusal.retryAfter)
+  return statusCode === 429
     ? sendQuotaExceeded(request, reply, policy, refusal.retryAfter, refusal.violatedPolicies)
     : sendUnavailable(request, reply, policy)
+}
+
+function refusalError (refusal: RateLimitRefusal): Error {
+  if (refusal.statusCode === 403) return new FST_RRL_BANNED()
+  return refusal.statusCode === 429 ? new FST_RRL_RATE_LIMITED(refusal.retryAfter) : new FST_RRL_LIMITER_UNAVAILABLE(refusal.retryAfter)
 }
 
 /**
@@ -67,9 +90,8 @@ function sendDefault (request: FastifyRequest, reply: FastifyReply, policy: Repl
 export function createRefuse (replyBuilder: ReplyBuilder | undefined, useErrorHandler: boolean, onBuilderError: (request: FastifyRequest, error: unknown) => void): Refuse {
   if (useErrorHandler) {
     return function refuseWithError (_request, reply, _policy, refusal) {
-      reply.header('retry-after', refusal.retryAfter)
-      const error = refusal.statusCode === 429 ? new FST_RRL_RATE_LIMITED(refusal.retryAfter) : new FST_RRL_LIMITER_UNAVAILABLE(refusal.retryAfter)
-      throw Object.assign(error, { rateLimit: refusal.decision, retryAfter: refusal.retryAfter, violatedPolicies: refusal.violatedPolicies })
+      if (refusal.statusCode !== 403) reply.header('retry-after', refusal.retryAfter)
+      throw Object.assign(refusalError(refusal), { rateLimit: refusal.decision, retryAfter: refusal.retryAfter, violatedPolicies: refusal.violatedPolicies })
     }
   }
   if (replyBuilder === undefined) return sendDefault
@@ -82,7 +104,8 @@ export function createRefuse (replyBuilder: ReplyBuilder | undefined, useErrorHa
       onBuilderError(request, error)
       return sendDefault(request, reply, policy, refusal)
     }
-    reply.code(refusal.statusCode).header('retry-after', refusal.retryAfter)
+    reply.code(refusal.statusCode)
+    if (refusal.statusCode !== 403) reply.header('retry-after', refusal.retryAfter)
     if (built.headers !== undefined) reply.headers(built.headers)
     return reply.send(built.body)
   }

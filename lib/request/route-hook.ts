@@ -5,6 +5,7 @@ import { evaluate, recordSkip, type DecisionInput, type Evaluation } from '../de
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../api/overrides.js'
+import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
@@ -13,13 +14,13 @@ import { recordCharge } from './refund-hook.js'
 export { createRefundHook } from './refund-hook.js'
 
 /*
- * The Fastify side of a route's limit: what one request contributes
- * (inputs.ts), the decision (decide/), then headers and either continue or a
- * refusal; refund-hook.ts gives units back (refundOn).
+ * The Fastify side of a route's limit: operator bans (ban-refusal.ts), what
+ * one request contributes (inputs.ts), the decision (decide/), then headers
+ * and either continue or a refusal; refund-hook.ts gives units back (refundOn).
  */
 
 /** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
-export interface RouteRuntime extends InputRuntime {
+export interface RouteRuntime extends InputRuntime, BanRuntime {
   writeHeaders: HeaderWriter
   /** Runtime overrides of block limits (fastify.rateLimit.setOverride). */
   overrides: Overrides
@@ -57,11 +58,21 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
   const refuse = (request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply =>
     runtime.refuse(request, reply, policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
   const checks = skipChecks(policy, runtime.allowList)
+  const bans = runtime.bans
+  bans.watch(policy)
   // proxy-check.ts: false once this route's server trusts its proxy or the warning was given
   let checkProxy = true
 
   return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
     if (checkProxy) checkProxy = checkForwarded(request)
+    // An operator's ban wins over allowList and skip; with no ban in force it costs one size check.
+    // (The ban is awaited, not a reply: a reply is a thenable, awaiting it would wait for the response.)
+    if (bans.size > 0) {
+      const startedAt = performance.now()
+      let ban = bans.match(policy, request)
+      if (ban instanceof Promise) ban = await ban
+      if (ban !== undefined) return refuseBanned(request, reply, policy, runtime, ban, startedAt)
+    }
     if (checks.length > 0) {
       const startedAt = performance.now()
       const source = await skipSource(policy, checks, request, runtime)

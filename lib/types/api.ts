@@ -14,8 +14,11 @@ export interface RateLimitDecision {
   policy: string
   /** True when the store failed and the route's onRedisError decided instead. */
   degraded: boolean
-  /** `'shadow-limited'`: a shadow policy would have refused; the request went on. `'penalized'`: refused by a penalty. */
-  outcome: 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded'
+  /**
+   * `'shadow-limited'`: a shadow policy would have refused; the request went on. `'penalized'`: refused by a penalty.
+   * `'banned'`: refused by an operator ban (`ban()`); `retryAfterMs` and `resetMs` are then the ban's time left, -1 when permanent.
+   */
+  outcome: 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'
   /** The tier applied, when the route has tier maps. */
   tier: string | undefined
   /** Every policy decided for this request (the top-level fields are the binding one's). */
@@ -67,6 +70,8 @@ export interface PolicySummary {
   limit: false | PolicyBlockSummary
   /** Every block decided for the route's requests: its own, then the global ones (empty when opted out). */
   limits: PolicyBlockSummary[]
+  /** How many operator bans in force apply to the route (its own and every-route ones); absent when none. */
+  bans?: number
 }
 
 /**
@@ -100,6 +105,8 @@ export interface RateLimitStats {
   penalized: number
   /** Requests let through unlimited by `allowList` or a route's `skip` (no store call). */
   skipped: number
+  /** Requests refused by an operator ban (not counted in `limited`; no store call). */
+  banned: number
 }
 
 /** What `setOverride` takes. */
@@ -138,6 +145,46 @@ export interface RateLimitOverride {
   setAt: number
 }
 
+/** The identity kinds a ban can name. */
+export type RateLimitBanKind = 'ip' | 'user' | 'apiKey'
+
+/** What `ban` takes. */
+export interface RateLimitBanInput {
+  /** A route (`'GET /orders/:id'`) or one of its block names; omitted: every limited route. */
+  target?: string
+  /**
+   * Exactly one of `ip` (grouped by `ipv6Subnet` as in keys), `user` (what the
+   * plugin's `user(request)` returns) or `apiKey` (what `apiKey(request)` returns).
+   */
+  identity: { ip: string } | { user: string } | { apiKey: string }
+  /** Milliseconds until the ban lapses, or `'permanent'`. */
+  ttl: number | 'permanent'
+  /** Who bans (logged and stored). */
+  actor: string
+  /** Why (logged and stored). */
+  reason: string
+  /** 403 (default) or 429 with `Retry-After` = the ban's time left (not with `ttl: 'permanent'`). */
+  statusCode?: 403 | 429
+}
+
+/** One ban in force, as `ban` returns it and `listBans()` lists it. */
+export interface RateLimitBan {
+  /** `<route or *>|<rendered identity>` (`*|ip=203.0.113.7`, `GET /orders|u=<hash>`); `unban` takes it. */
+  id: string
+  /** The route it applies to (`GET /orders`), or `*` for every limited route. */
+  route: string
+  kind: RateLimitBanKind
+  /** Which caller: `{ ip }` or `{ user }` with the value; an API key only as `{ apiKey: '(given)' }`. */
+  identity: Record<string, string>
+  statusCode: 403 | 429
+  /** Plugin-clock ms when it lapses; null when permanent. */
+  expiresAt: number | null
+  actor: string
+  reason: string
+  /** Plugin-clock ms when it was set. */
+  setAt: number
+}
+
 export interface RateLimitApi {
   /** Every route the plugin has seen, with its effective limit. */
   policies: () => PolicySummary[]
@@ -165,4 +212,13 @@ export interface RateLimitApi {
   listOverrides: () => Promise<RateLimitOverride[]>
   /** Removes an override by id; false when there was none. Logged. */
   clearOverride: (id: string, change: { actor: string, reason: string }) => Promise<boolean>
+  /**
+   * Refuses one caller fleet-wide (stored in Redis; every instance applies it
+   * within its next poll), on every limited route or one. Logged. `reset()` does not lift it.
+   */
+  ban: (input: RateLimitBanInput) => Promise<RateLimitBan>
+  /** Lifts a ban by id everywhere; false when there was none. Logged. */
+  unban: (id: string, change: { actor: string, reason: string }) => Promise<boolean>
+  /** Every ban in force, read from the store now. */
+  listBans: () => Promise<RateLimitBan[]>
 }

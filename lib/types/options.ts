@@ -14,9 +14,12 @@ import type {
 
 /** What a refusal hands to `replyBuilder` (and, as fields of the error, to the error handler). */
 export interface RateLimitRefusal {
-  /** 429 (over a limit) or 503 (the limiter is unavailable on a fail-closed route). */
-  statusCode: 429 | 503
-  /** Seconds sent in `Retry-After`. */
+  /**
+   * 429 (over a limit, or a ban's 429), 503 (the limiter is unavailable on a
+   * fail-closed route) or 403 (an operator ban; `decision.outcome` is `'banned'` for both ban refusals).
+   */
+  statusCode: 403 | 429 | 503
+  /** Seconds sent in `Retry-After`; 0 on a 403 (none is sent). */
   retryAfter: number
   /** Names of the policies that refused the request (empty for a 503). */
   violatedPolicies: string[]

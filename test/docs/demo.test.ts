@@ -92,6 +92,26 @@ for (const withRedis of [false, true]) {
     t.same(JSON.parse((await call(demo.base, `/admin/override?id=${encodeURIComponent(record.id)}&reason=done`, { method: 'DELETE', headers: admin })).text), { cleared: true })
     t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': vip } })).headers['ratelimit-policy'], '"orders";q=100;w=60', 'cleared')
 
+    // An operator ban of one user (unique, short-lived, lifted), on one route, then everywhere.
+    const abuser = `abuser-${Date.now()}`
+    t.equal((await call(demo.base, `/admin/ban?user=${abuser}&ttl=60000&reason=test`, { method: 'POST' })).status, 401, 'bans need the admin header')
+    const onOrders = JSON.parse((await call(demo.base, `/admin/ban?user=${abuser}&route=${encodeURIComponent('GET /orders/:id')}&ttl=60000&status=429&reason=test`, { method: 'POST', headers: admin })).text) as { id: string, actor: string, statusCode: number }
+    t.match(onOrders, { actor: 'ops-test', statusCode: 429, route: 'GET /orders/:id' })
+    const limited = await call(demo.base, '/orders/1', { headers: { 'x-user-id': abuser } })
+    t.equal(limited.status, 429, 'banned on /orders with a 429')
+    t.match(limited.headers['retry-after'], /^(60|59)$/, 'Retry-After: the ban\'s time left')
+    t.equal(limited.headers['ratelimit-policy'], undefined, 'no RateLimit fields on a ban')
+    t.match(JSON.parse(limited.text), { type: 'https://iana.org/assignments/http-problem-types#abnormal-usage-detected', status: 429 }, 'the demo\'s replyBuilder shapes bans too')
+    t.equal((await call(demo.base, '/feed', { headers: { 'x-user-id': abuser } })).status, 200, 'other routes admit the caller')
+    const everywhere = JSON.parse((await call(demo.base, `/admin/ban?user=${abuser}&ttl=60000&reason=test`, { method: 'POST', headers: admin })).text) as { id: string }
+    t.equal((await call(demo.base, '/feed', { headers: { 'x-user-id': abuser } })).status, 403, 'a ban without a route: 403 everywhere')
+    const bans = JSON.parse((await call(demo.base, '/admin/bans', { headers: admin })).text) as Array<{ id: string }>
+    t.ok([onOrders.id, everywhere.id].every((id) => bans.some((listed) => listed.id === id)), 'listed')
+    for (const id of [onOrders.id, everywhere.id]) {
+      t.same(JSON.parse((await call(demo.base, `/admin/ban?id=${encodeURIComponent(id)}&reason=done`, { method: 'DELETE', headers: admin })).text), { lifted: true })
+    }
+    t.equal((await call(demo.base, '/orders/1', { headers: { 'x-user-id': abuser } })).status, 200, 'lifted')
+
     // Signed in: the limit runs after the preHandler that verifies the token, so users on one address are apart.
     const token = async (user: string): Promise<string> => (await call(demo.base, `/token?user=${user}`, { method: 'POST' })).text
     const suffix = Date.now()

@@ -26,6 +26,7 @@ const RUNTIME_EXPORTS = [
 /** The error codes and process warnings of the `errors` namespace. */
 const ERROR_EXPORTS = [
   'FST_RRL_BAD_SCRIPT_REPLY',
+  'FST_RRL_BANNED',
   'FST_RRL_EVICTION_POLICY',
   'FST_RRL_FORWARDED_UNTRUSTED',
   'FST_RRL_IDENTITY_FAILED',
@@ -63,6 +64,9 @@ const TYPE_EXPORTS = [
   'PolicyBlockSummary',
   'PolicySummary',
   'RateLimitApi',
+  'RateLimitBan',
+  'RateLimitBanInput',
+  'RateLimitBanKind',
   'RateLimitBlock',
   'RateLimitDecision',
   'RateLimitHook',

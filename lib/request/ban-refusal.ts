@@ -1,0 +1,38 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Bans } from '../api/bans.js'
+import { recordBan } from '../decide/evaluate.js'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { Refuse } from '../reply/problem.js'
+import type { InputRuntime } from './inputs.js'
+import type { RateLimitBan, RateLimitDecision } from '../types.js'
+
+/*
+ * Operator bans on the request path: the route hook asks the local ban map
+ * (api/bans.ts, refreshed by a poll: never Redis) before anything else, and
+ * only while it holds a ban. A banned request is refused with no store call
+ * and no RateLimit fields: no quota applies to it.
+ */
+
+/** What a ban check reads from the runtime. */
+export interface BanRuntime extends InputRuntime {
+  bans: Bans
+  refuse: Refuse
+}
+
+/** A ban is logged once per ban per minute, not once per request under a flood. */
+const LOG_EVERY_MS = 60_000
+
+/** Refuses a banned request: counted, published, logged once per ban per minute. */
+export function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
+  const now = runtime.clock()
+  const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - now)
+  const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', tier: undefined, policies: [] }
+  request.rateLimit = decision
+  recordBan(runtime, policy, startedAt)
+  if (runtime.rejections.first(`ban ${ban.id}`, now, now + LOG_EVERY_MS)) {
+    // The ban's route, kind and who set it: never the identity value.
+    request.log.info({ route: policy.route, identityKind: ban.kind, ban: { route: ban.route, statusCode: ban.statusCode, actor: ban.actor, setAt: new Date(ban.setAt).toISOString() } }, 'rate limit ban refused a request')
+  }
+  const retryAfter = ban.statusCode === 429 ? Math.max(1, Math.ceil(leftMs / 1000)) : 0
+  return runtime.refuse(request, reply, policy, { statusCode: ban.statusCode, retryAfter, violatedPolicies: [], decision })
+}

@@ -2,10 +2,10 @@
  * ioredis is a peer dependency: the plugin drives the user's client with the
  * user's version. The supported range (^5.4 || ^6) is tested here with an
  * ioredis 5 client (installed as `ioredis5`) beside the suite's ioredis 6:
- * exact under concurrency, and NOSCRIPT recovery. (npm satisfies a peer
- * dependency with the application's copy, so the plugin's `Command` is the
- * client's own; here the suite's ioredis 6 builds the commands an ioredis 5
- * client sends, the worst case of a skew.)
+ * exact under concurrency, and NOSCRIPT recovery. The plugin takes the
+ * `Command` class from the client it is given (lib/store/redis/client/ioredis.ts),
+ * never from an import, so an ioredis 5 client sends its own ioredis 5
+ * commands whatever copy of ioredis the application also has installed.
  */
 import { test } from 'tap'
 import { Redis as Redis5 } from 'ioredis5'

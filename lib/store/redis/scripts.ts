@@ -49,11 +49,24 @@ function algorithmLocal (local: string, name: AlgorithmName, chunk: string): str
   return `-- ${name}\nlocal ${local} = (function ()\n${chunk}end)()`
 }
 
-/** Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm numbers), and the table of them. */
+/**
+ * Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm
+ * numbers), each built on its first use in a call: a script's top level runs
+ * on every call, and building all five algorithms' closures cost about as
+ * much as the rest of a small batch (measured with INFO commandstats).
+ */
 function algorithmFunctions (sources: ScriptSources): string {
-  const locals = ALGORITHMS.map((name, index) => algorithmLocal(`algorithm${index + 1}`, name, sources.algorithms[name]))
-  return `${locals.join('\n')}
-local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).join(', ')} }`
+  const makers = ALGORITHMS.map((name) => `-- ${name}\nfunction ()\n${sources.algorithms[name]}end`)
+  return `local makers = {
+${makers.join(',\n')}
+}
+local algorithms = setmetatable({}, { __index = function (built, n)
+  local make = makers[n]
+  if make == nil then return nil end
+  local fn = make()
+  built[n] = fn
+  return fn
+end })`
 }
 
 function header (what: string, sources: ScriptSources): string {

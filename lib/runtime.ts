@@ -99,6 +99,7 @@ export function compileContext (
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
     hook: options.hook,
+    periodNow: options.periodClock ?? runtime.clock,
     identityTimeout: options.identityTimeout,
     onPartError: (kind: IdentityKind, error: unknown, route: string) => {
       const err = new FST_RRL_IDENTITY_FAILED(kind, route)

@@ -5,7 +5,8 @@ import { DAY_MS, MIN_WINDOW_MS } from '../store/algorithms.js'
 const MAX_DURATION_LENGTH = 64
 const EXAMPLES = "'500ms', '1s', '1m', '15 minutes', '1 hour', '1d'"
 /** `@lukeed/ms` reads '1M' as one minute and has no month: refused with a pointer to `period`. */
-const MONTH = /^[-+]?[\d.]*\s*(?:M|mos?|months?)$/
+const CAPITAL_M = /^[-+]?[\d.]*\s*M$/
+const MONTH_WORD = /^[-+]?[\d.]*\s*(?:mos?|months?)$/i
 
 /**
  * Parses a duration: milliseconds as a number, or a duration string read by
@@ -26,7 +27,7 @@ export function parseWindow (value: unknown, maxMs = DAY_MS): number | string {
   }
   const quoted = JSON.stringify(value)
   const text = value.trim()
-  if (MONTH.test(text) || /^[-+]?[\d.]*\s*(?:mos?|months?)$/i.test(text)) {
+  if (CAPITAL_M.test(text) || MONTH_WORD.test(text)) {
     return `has no month unit (got ${quoted}; '1M' would read as one minute): use period: 'month' for a calendar month, or '30d'`
   }
   const ms = text.length > 0 && text.length <= MAX_DURATION_LENGTH ? parse(text) : undefined

@@ -184,3 +184,14 @@ test('policies() and printPolicies show the period, its time zone and the curren
   t.match(printed, /month \(Europe\/Berlin\)/)
   t.match(printed, /604800000ms/)
 })
+
+test('a Redis clock outside the periods Node sent fails that decision; the route\'s onRedisError decides', async (t) => {
+  const { app, clock } = await setupRedisApp(t, 'period-far', { [PERIOD_CLOCK]: () => Date.UTC(2030, 0, 10) } as object)
+  clock.now = Date.UTC(2030, 5, 10) // five months after the Node side's clock: outside its three periods
+  app.get('/open', { config: { rateLimit: { limit: 1, period: 'month', name: 'open' } } }, ok)
+  app.get('/closed', { config: { rateLimit: { limit: 1, period: 'month', name: 'closed', onRedisError: 'closed' } } }, ok)
+  await app.ready()
+  const open = await app.inject('/open')
+  t.equal(open.statusCode, 200, 'fail-open: admitted, not counted in a wrong period')
+  t.equal((await app.inject('/closed')).statusCode, 503, 'fail-closed: 503')
+})

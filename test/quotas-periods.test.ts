@@ -128,6 +128,23 @@ for (const store of STORES) {
     t.equal((await call(ahead)).statusCode, 200, 'February for the instance ahead')
     if (store === 'redis') t.equal((await call(ahead)).statusCode, 429, 'one February quota for both')
   })
+  test(`${store}: a period block with tiers and refundOn: refunds go back to the period they were spent in`, async (t) => {
+    const { app, clock } = await setupStoreApp(t, store, `prf-${store}`, { tier: (request) => request.headers['x-plan'] as string | undefined })
+    clock.now = Date.UTC(2030, 0, 31, 23, 59, 59)
+    app.get('/q', {
+      config: { rateLimit: { limit: { default: 1, pro: 3 }, period: 'month', by: 'header:x-key', name: 'plan', refundOn: (reply) => reply.statusCode >= 500 } }
+    }, async (request, reply) => await reply.code(request.headers['x-fail'] === '1' ? 500 : 200).send('done'))
+    await app.ready()
+    const pro = { 'x-key': 'p', 'x-plan': 'pro' }
+    t.equal((await app.inject({ url: '/q', headers: pro })).headers['ratelimit-policy'], '"plan";q=3;w=2678400;frrl-tier="pro"')
+    t.equal((await app.inject({ url: '/q', headers: { ...pro, 'x-fail': '1' } })).statusCode, 500, 'a 5xx: refunded')
+    t.equal((await app.inject({ url: '/q', headers: pro })).headers.ratelimit, '"plan";r=1;t=1', 'the refund came back: 2 of 3 spent, not 3')
+    await app.inject({ url: '/q', headers: pro })
+    t.equal((await app.inject({ url: '/q', headers: pro })).statusCode, 429)
+    t.equal((await app.inject({ url: '/q', headers: { 'x-key': 'd' } })).headers['ratelimit-policy'], '"plan";q=1;w=2678400;frrl-tier="default"', 'the default tier')
+    clock.advance(1000)
+    t.equal((await app.inject({ url: '/q', headers: pro })).statusCode, 200, 'February: a fresh count')
+  })
 }
 
 /** Instances on one store (Redis: one prefix; memory: one store each) whose Node-side period clocks are skewed. */
@@ -185,13 +202,17 @@ test('policies() and printPolicies show the period, its time zone and the curren
   t.match(printed, /604800000ms/)
 })
 
-test('a Redis clock outside the periods Node sent fails that decision; the route\'s onRedisError decides', async (t) => {
-  const { app, clock } = await setupRedisApp(t, 'period-far', { [PERIOD_CLOCK]: () => Date.UTC(2030, 0, 10) } as object)
-  clock.now = Date.UTC(2030, 5, 10) // five months after the Node side's clock: outside its three periods
-  app.get('/open', { config: { rateLimit: { limit: 1, period: 'month', name: 'open' } } }, ok)
-  app.get('/closed', { config: { rateLimit: { limit: 1, period: 'month', name: 'closed', onRedisError: 'closed' } } }, ok)
-  await app.ready()
-  const open = await app.inject('/open')
-  t.equal(open.statusCode, 200, 'fail-open: admitted, not counted in a wrong period')
-  t.equal((await app.inject('/closed')).statusCode, 503, 'fail-closed: 503')
-})
+for (const store of STORES) {
+  test(`${store}: a store clock outside the periods Node sent fails that decision; the route's onRedisError decides`, async (t) => {
+    const { app, clock } = await setupStoreApp(t, store, `far-${store}`, { [PERIOD_CLOCK]: () => Date.UTC(2030, 0, 10) } as object)
+    clock.now = Date.UTC(2030, 5, 10) // five months after the Node side's clock: outside its three periods
+    app.get('/open', { config: { rateLimit: { limit: 1, period: 'month', name: 'open' } } }, ok)
+    app.get('/closed', { config: { rateLimit: { limit: 1, period: 'month', name: 'closed', onRedisError: 'closed' } } }, ok)
+    await app.ready()
+    const open = await app.inject('/open')
+    t.equal(open.statusCode, 200, 'fail-open: admitted, not counted in a wrong period')
+    t.equal(open.headers.ratelimit, undefined, 'no quota figures: nothing was decided')
+    t.equal((await app.inject('/closed')).statusCode, 503, 'fail-closed: 503')
+    t.equal(app.rateLimit.stats().degraded, 2)
+  })
+}

@@ -4,7 +4,7 @@
  * otherwise the in-process memory store, and says which in its first log line.
  *
  *   curl -i http://127.0.0.1:3000/orders/42 -H 'x-user-id: alice'
- *   curl -i http://127.0.0.1:3000/search?q=redis -H 'x-api-key: demo-key-1'
+ *   curl -i http://127.0.0.1:3000/search?q=redis -H 'x-api-key: demo-key-1'   a burst limit and a monthly plan quota per API key
  *   curl -i http://127.0.0.1:3000/login -H 'content-type: application/json' -d '{"username":"alice"}'
  *   curl -i http://127.0.0.1:3000/health
  *
@@ -147,9 +147,15 @@ app.post('/login', {
   config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'], onRedisError: 'closed', name: 'login', penalty: { after: 3, for: '1h', backoff: 2 } } }
 }, async () => ({ token: 'demo-token' }))
 
-// Search: a token bucket per API key: 10 per second sustained, bursts of 20.
+// Search: a token bucket per API key (10 per second sustained, bursts of 20) beside the key's plan:
+// 10,000 a calendar month, reset on the 1st at midnight in Berlin. Both decided together, all-or-nothing.
 app.get('/search', {
-  config: { rateLimit: { algorithm: 'token-bucket', limit: 10, window: '1s', burst: 20, by: 'api-key', name: 'search' } }
+  config: {
+    rateLimit: [
+      { algorithm: 'token-bucket', limit: 10, window: '1s', burst: 20, by: 'api-key', name: 'search' },
+      { limit: 10_000, period: 'month', timeZone: 'Europe/Berlin', by: 'api-key', name: 'search-plan' }
+    ]
+  }
 }, async (req) => ({ results: [], query: (req.query as { q?: string }).q ?? '', remaining: req.rateLimit?.remaining }))
 
 // Orders: the default algorithm (sliding window) per user; anonymous callers per IP. If Redis fails,

@@ -6,6 +6,7 @@ import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
 import { MAX_PREFIX_LENGTH } from './keys/layout.js'
+import { PERIOD_CLOCK } from './store/periods.js'
 import type {
   FailurePolicy,
   HeaderMode,
@@ -42,6 +43,8 @@ export interface ResolvedOptions {
   apiKey: IdentityFunction | undefined
   ipv6Subnet: number
   clock: (() => number) | undefined
+  /** Test-only (the PERIOD_CLOCK symbol): the clock Node computes calendar-period boundaries with; undefined: the plugin clock. */
+  periodClock: (() => number) | undefined
   /** HMAC key for identity hashes, as a private copy; undefined: plain SHA-256. */
   hashSecret: Buffer | undefined
   globalLimits: RateLimitBlock[]
@@ -210,6 +213,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     ...resolveReplies(options),
     onRedisError: choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES),
     clock: clock as (() => number) | undefined,
+    periodClock: typeof (input as Record<symbol, unknown> | undefined)?.[PERIOD_CLOCK] === 'function' ? (input as Record<symbol, () => number>)[PERIOD_CLOCK] : undefined,
     denyCacheMax: resolveDenyCache(options.denyCache),
     mode: choice('mode', options.mode ?? 'enforce', MODES),
     printPolicies: options.printPolicies === true,

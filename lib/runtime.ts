@@ -113,7 +113,8 @@ export function compileContext (
     mode: options.mode,
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
-    hook: options.hook
+    hook: options.hook,
+    periodNow: options.periodClock ?? runtime.clock
   }
 }
 

@@ -6,7 +6,9 @@
 --   ARGV[2]   S, the number of distinct block specs in this batch, then S
 --             specs of SPEC_STRIDE values: algorithm number, limit, windowMs,
 --             burst, shadow ('1' = decided and recorded, never blocks), penalty
---             ('' or 'after:forMs:backoff:maxMs')
+--             ('' or 'after:forMs:backoff:maxMs'), period ('' or a calendar
+--             period's boundaries 'b0:b1:b2:b3', see lib/store/periods.ts: the
+--             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now)
 --   then per decision, in order, either
 --     s, cost          (s > 0) one block of spec s, charged, no penalty: the
 --                      common case; its one key is next in KEYS
@@ -27,6 +29,21 @@
 -- remaining, resetMs, retryAfterMs, nextMs; 1 per block for a refund), or 0
 -- followed by the error text.
 local now = nowMs(ARGV[1])
+
+-- A calendar period's block: fixed-window over the period holding now (its start
+-- the window's index, its length the window), or an error for its decisions alone
+-- when none does (a clock more than a period from the Node that sent them).
+local function periodFn (fn, bounds, at)
+  local b0, b1, b2, b3 = string.match(bounds, '^(%d+):(%d+):(%d+):(%d+)$')
+  local b = { tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3) }
+  for i = 1, 3 do
+    local start, length = b[i], b[i + 1] - b[i]
+    if at >= start and at < b[i + 1] then
+      return function (key, limit, w, burst, cost, t, mode, elapsed) return fn(key, limit, w, burst, cost, t, mode, elapsed, start) end, length
+    end
+  end
+  return function () error('now is outside the calendar periods sent') end, 1
+end
 local specs = tonumber(ARGV[2])
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 for s = 1, specs do
@@ -35,6 +52,7 @@ for s = 1, specs do
   sLimit[s], sWindow[s], sBurst[s] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   sShadow[s] = ARGV[b + 4] == '1'
   sPenalty[s] = ARGV[b + 5]
+  if ARGV[b + 6] ~= '' then sFn[s], sWindow[s] = periodFn(sFn[s], ARGV[b + 6], now) end
 end
 
 -- Per enforced block serving a penalty, the ms left of it; nil when none is.

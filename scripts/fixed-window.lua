@@ -8,9 +8,12 @@
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
-return function (key, limit, w, _, cost, now, mode, elapsed)
+-- A calendar period's block passes `start` (batch.lua periodFn): the window is
+-- [start, start + w) and its index the start, so every instance names it alike.
+return function (key, limit, w, _, cost, now, mode, elapsed, start)
 
-  local idx = idiv(now, w)
+  local idx = start or idiv(now, w)
+  local from = start or idx * w
   local count = 0
   local stored = redis.call('GET', key)
   if stored then
@@ -20,11 +23,11 @@ return function (key, limit, w, _, cost, now, mode, elapsed)
     end
   end
 
-  local toEnd = (idx + 1) * w - now
+  local toEnd = from + w - now
 
   if mode == 2 then
     -- refund, only while the window it was spent in is still the current one
-    if count == 0 or idiv(now - elapsed, w) ~= idx then return 0 end
+    if count == 0 or now - elapsed < from then return 0 end
     count = count - cost
     if count < 0 then count = 0 end
     redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)

@@ -19,6 +19,11 @@ import rateLimit, {
   type IdentityFunction,
   type IdentityPartSpec,
   type PolicyBlockSummary,
+  type RateLimitBlockFields,
+  type RateLimitPeriod,
+  type RateLimitPeriodBlock,
+  type RateLimitWeekday,
+  type RateLimitWindowBlock,
   type PolicySummary,
   type RateLimitApi,
   type RateLimitBan,
@@ -168,11 +173,21 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/health', { config: { rateLimit: false } }, handler)).type.not.toRaiseError()
     expect(app.get('/late', { config: { rateLimit: { limit: 10, window: '1m', hook: 'preHandler', by: async (request: FastifyRequest) => await Promise.resolve(request.headers['x-account'] as string | undefined), requestLimit: async () => await Promise.resolve(100) } } }, handler)).type.not.toRaiseError()
     expect(app.get('/plain', handler)).type.not.toRaiseError()
+    expect(app.get('/quota', { config: { rateLimit: [{ limit: 10, window: '1s' }, { limit: 10_000, period: 'month', timeZone: 'Europe/Berlin', by: 'api-key' }] } }, handler)).type.not.toRaiseError()
+    expect(app.get('/weekly', { config: { rateLimit: { limit: 500, period: 'week', weekStart: 7, algorithm: 'fixed-window' } } }, handler)).type.not.toRaiseError()
+    expect(app.get('/long', { config: { rateLimit: { limit: 1000, window: '30d', algorithm: 'sliding-window' } } }, handler)).type.not.toRaiseError()
     expect(app.route({ method: 'POST', url: '/login', config: { rateLimit: { algorithm: 'sliding-log', limit: 5, window: '15m', by: ['ip', 'body:username'] } }, handler })).type.not.toRaiseError()
   })
 
   // Each case differs from an accepted block above in one field only, so its error is that field's.
   test('wrong field types are rejected', () => {
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'fortnight' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'month', window: '1m' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'month', algorithm: 'gcra' } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'month', burst: 10 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'week', weekStart: 0 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, period: 'day', timeZone: 1 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', timeZone: 'UTC' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: true } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { window: '1m' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5 } } }, handler)).type.toRaiseError()
@@ -259,10 +274,17 @@ describe('every exported type', () => {
 
   test('blocks, decisions and summaries', () => {
     expect<RateLimitBlock>().type.toHaveProperty('refundOn')
-    expect<Pick<RateLimitBlock, 'limit' | 'window'>>().type.toBe<{ limit: TieredCount, window: number | string }>()
+    expect<Pick<RateLimitWindowBlock, 'limit' | 'window'>>().type.toBe<{ limit: TieredCount, window: number | string }>()
+    expect<Pick<RateLimitPeriodBlock, 'limit' | 'period'>>().type.toBe<{ limit: TieredCount, period: RateLimitPeriod }>()
     expect<RateLimitDecision['tier']>().type.toBe<string | undefined>()
     expect<RateLimitPolicyDecision['shadow']>().type.toBe<boolean>()
     expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName>()
+    expect<PolicyBlockSummary['period']>().type.toBe<RateLimitPeriod | undefined>()
+    expect<PolicyBlockSummary['timeZone']>().type.toBe<string | undefined>()
+    expect<RateLimitPeriod>().type.toBe<'day' | 'week' | 'month' | 'year'>()
+    expect<RateLimitBlock>().type.toBe<RateLimitWindowBlock | RateLimitPeriodBlock>()
+    expect<RateLimitPeriodBlock['weekStart']>().type.toBe<RateLimitWeekday | undefined>()
+    expect<RateLimitBlockFields['limit']>().type.toBe<TieredCount>()
     expect<PolicyBlockSummary['tiers']>().type.toBe<Record<string, { limit: number, burst: number }> | undefined>()
     expect<PolicySummary['limit']>().type.toBe<false | PolicyBlockSummary>()
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()

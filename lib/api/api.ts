@@ -15,7 +15,6 @@ import type {
   RateLimitOverrideInput
 } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
-import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -93,7 +92,8 @@ async function overrideRecord (
   const policy = registry.find(input.target, method)
   const index = overrideBlock(policy, input.target)
   const block = policy.blocks[index] as CompiledBlock
-  const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  // The block's own bound: it depends on the window (maxLimitFor), as a declared limit's does.
+  const max = block.maxLimit
   if (!isCount(input.limit, max)) {
     throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
   }
@@ -197,7 +197,7 @@ export function policyTable (summaries: PolicySummary[]): string {
     }
     for (const block of summary.limits) {
       const limit = block.tiers === undefined ? String(block.limit) : Object.entries(block.tiers).map(([tier, values]) => `${tier}=${values.limit}`).join(' ')
-      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, `${block.windowMs}ms`, String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
+      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, block.period === undefined ? `${block.windowMs}ms` : `${block.period} (${block.timeZone ?? 'UTC'})`, String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
     }
   }
   const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))

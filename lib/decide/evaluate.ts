@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import { combine } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
 import { degraded, storeUnhealthy } from './degraded.js'
-import type { DenyCache } from './deny-cache.js'
+import { holdUntil, type DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
@@ -51,7 +51,8 @@ function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions
     if (run === undefined || run.shadow || decision === undefined || decision.allowed || key === undefined || cost === undefined) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
-    denyCache.set(key, now + decision.retryAfterMs, cost, decision.remaining, run, decision.penalized === true, now + decision.nextMs)
+    const until = now + decision.retryAfterMs
+    denyCache.set(key, until, cost, decision.remaining, run, decision.penalized === true, now + decision.nextMs, holdUntil(run, now, until))
   }
 }
 

@@ -9,8 +9,9 @@ import type { AlgorithmName } from '../store/algorithms.js'
  *   - with globalLimits, route block:  <prefix>:{<identity>}:<METHOD>:<route>:<suffix>
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
- * <suffix> is the algorithm's two letters and the window in ms (`sw60000`),
- * plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
+ * <suffix> is the algorithm's two letters and the window in ms (`sw60000`;
+ * compact forms for longer windows and calendar periods: keySuffix), plus
+ * `.<index>` for a same-suffix sibling. Limits and tiers are not part of
  * a key, so a new limit or tier keeps the count. Blocks with different `by`
  * cannot share a tag (a startup error with a Cluster client only).
  *
@@ -101,9 +102,23 @@ const SUFFIX: Record<AlgorithmName, string> = {
   gcra: 'gc'
 }
 
-/** A block's key suffix before sibling disambiguation: `sw60000`. */
-export function keySuffix (algorithm: AlgorithmName, windowMs: number): string {
-  return SUFFIX[algorithm] + windowMs
+/** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
+const DECIMAL_SUFFIX_MAX_MS = 86_400_000
+
+/**
+ * A block's key suffix before sibling disambiguation, at most 10 characters
+ * (the 128-byte bound is met exactly at `sw86400000`):
+ * - a window up to a day: `sw60000` (the algorithm, the window in ms);
+ * - a longer window: `sw~` + the ms in base 36 (`sw~eiz5s00` for 366 days;
+ *   `~` never appears in the decimal form, so the two cannot meet);
+ * - a calendar period: `fp` + its unit's letter + 7 characters of SHA-256 over
+ *   the time zone (as declared) and weekStart (`fpmX3k9aQ2`). The period's start is in the
+ *   state (fixed-window's index), so one key serves every period.
+ */
+export function keySuffix (algorithm: AlgorithmName, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
+  if (period !== undefined) return 'fp' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
+  if (windowMs <= DECIMAL_SUFFIX_MAX_MS) return SUFFIX[algorithm] + windowMs
+  return `${SUFFIX[algorithm]}~${windowMs.toString(36)}`
 }
 
 /** Gives same-suffix siblings distinct keys: the second `sw60000` becomes `sw60000.1`. */

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { MAX_WINDOW_MS } from '../store/algorithms.js'
+import { DAY_MS } from '../store/algorithms.js'
 import type { Penalty } from '../store/port.js'
 import type { RateLimitBlock } from '../types.js'
 import { parseWindow } from './duration.js'
@@ -53,7 +53,7 @@ export function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   }
   const forMs = parseWindow(input.for)
   if (typeof forMs === 'string') return fail('penalty.for', forMs)
-  const maxMs = input.max === undefined ? MAX_WINDOW_MS : parseWindow(input.max)
+  const maxMs = input.max === undefined ? DAY_MS : parseWindow(input.max)
   if (typeof maxMs === 'string') return fail('penalty.max', maxMs)
   if (maxMs < forMs) fail('penalty.max', `must be at least penalty.for (${forMs} ms; got ${maxMs} ms)`)
   const backoff = input.backoff ?? 2

@@ -31,7 +31,7 @@ export { FALLBACK_TIER } from './block-fields.js'
 /** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
-  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip'
+  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'period', 'timeZone', 'weekStart'
 ])
 
 export type RefundPredicate = (reply: FastifyReply) => boolean
@@ -86,6 +86,8 @@ export interface CompileContext extends IdentityContext {
   fleetSize?: number
   /** The plugin option `hook`; default 'onRequest'. */
   hook?: RateLimitHook
+  /** The clock Node computes calendar-period boundaries with (the plugin clock; a test may skew it); default Date.now. */
+  periodNow?: () => number
 }
 
 /** A block as declared: its fields by name. */
@@ -237,7 +239,7 @@ export function compileBlock (
   const site = blockSite(method, url, source, position)
   const { fail } = site
   const input = readFields(block, position, fail)
-  const shape = readShape(input, fail)
+  const shape = readShape(input, fail, context.periodNow)
   const cost = readCost(input, shape, fail)
   const choices = readChoices(input, context, position, fail)
   const predicates = readPredicates(input, shape.algorithm, position, fail)
@@ -256,7 +258,8 @@ export function compileBlock (
     shadow: choices.mode === 'shadow',
     penalty,
     localLimit,
-    fleetSize: context.fleetSize
+    fleetSize: context.fleetSize,
+    period: shape.period
   }
   return {
     name,
@@ -267,7 +270,7 @@ export function compileBlock (
     ...choices,
     ...predicates,
     ...requestSide,
-    suffix: keySuffix(algorithm, windowMs),
+    suffix: keySuffix(algorithm, windowMs, shape.period?.spec),
     identity,
     bySpec: input.by as RateLimitBlock['by'],
     by: describeBy(input.by as RateLimitBlock['by'], context.user !== undefined),

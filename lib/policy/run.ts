@@ -1,5 +1,6 @@
 import type { AlgorithmName } from '../store/algorithms.js'
 import type { BlockRun, Penalty } from '../store/port.js'
+import type { CalendarPeriod } from '../store/periods.js'
 
 /** What every run of one block shares: fixed at compile time, whatever the limit. */
 export interface RunSpec {
@@ -16,6 +17,8 @@ export interface RunSpec {
   /** The block's `localLimit` and the plugin's `fleetSize`: the local share's sources. */
   localLimit: number | undefined
   fleetSize: number | undefined
+  /** The calendar period, when the block declares `period`: every run shares its boundaries. */
+  period?: CalendarPeriod
 }
 
 /**
@@ -40,7 +43,7 @@ function localShare (spec: RunSpec, limit: number, burst: number): BlockRun['loc
 /** The one builder of a BlockRun: script arguments and the local share (header strings are reply/'s). */
 export function buildRun (spec: RunSpec, tier: string | undefined, limit: number, burst: number): BlockRun {
   const { algorithm, windowMs } = spec
-  return {
+  const run: BlockRun = {
     algorithm,
     algorithmNumber: spec.algorithmNumber,
     params: { limit, windowMs, burst },
@@ -50,6 +53,8 @@ export function buildRun (spec: RunSpec, tier: string | undefined, limit: number
     penalty: spec.penalty,
     local: localShare(spec, limit, burst)
   }
+  if (spec.period !== undefined) run.period = spec.period
+  return run
 }
 
 /** `run` at another limit (a requestLimit result or an override): the burst by `rule`, the local share recomputed. */

@@ -1,7 +1,9 @@
-import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type AlgorithmName } from '../store/algorithms.js'
+import { ALGORITHMS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
+import type { CalendarPeriod } from '../store/periods.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'
 import { parseWindow } from './duration.js'
+import { NOMINAL_PERIOD_MS, readKind, readPeriod } from './period.js'
 import { buildRun, type RunSpec } from './run.js'
 
 /** The numbers of a block: algorithm, window, and its limit and burst per tier. */
@@ -10,34 +12,53 @@ export interface Shape {
   /** token-bucket and gcra: `burst` is a capacity of its own. */
   bursty: boolean
   maxLimit: number
+  /** The window; a period's nominal length (NOMINAL_PERIOD_MS). */
   windowMs: number
+  /** The calendar period, when the block declares `period`. */
+  period: CalendarPeriod | undefined
   limits: Counts
   bursts: Map<string | undefined, number> | undefined
   /** Every tier named in either map (undefined alone without tiers). */
   tierNames: Array<string | undefined>
 }
 
-export function readShape (input: Record<string, unknown>, fail: Fail): Shape {
+/** The largest limit, as an error states it: why it is what it is. */
+function maxLimitText (algorithm: AlgorithmName, windowMs: number, maxLimit: number): string {
+  if (algorithm === 'sliding-log') return `${maxLimit} for sliding-log (one sorted-set entry per request)`
+  if (maxLimit === MAX_LIMIT) return String(maxLimit)
+  return `${maxLimit}, the largest for a ${windowMs} ms window (${algorithm} needs max(limit, burst) × window below 2^53)`
+}
+
+/** The algorithm, window (or period) of a block. */
+function readCounting (input: Record<string, unknown>, fail: Fail, periodNow: () => number): Pick<Shape, 'algorithm' | 'windowMs' | 'period'> {
+  if (readKind(input, fail) === 'period') {
+    const period = readPeriod(input, fail, periodNow)
+    return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period }
+  }
   const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
   if (!ALGORITHMS.includes(algorithm)) {
     fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
   }
-  const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
-  const sliding = algorithm === 'sliding-log'
-  const maxLimit = sliding ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
-  const maxText = `${maxLimit}${sliding ? ' for sliding-log (one sorted-set entry per request)' : ''}`
-  const limits = readCounts(input.limit, 'limit', maxLimit, maxText, fail)
-  const windowMs = parseWindow(input.window)
+  const windowMs = parseWindow(input.window, MAX_WINDOW_MS)
   if (typeof windowMs === 'string') return fail('window', windowMs)
+  return { algorithm, windowMs, period: undefined }
+}
+
+export function readShape (input: Record<string, unknown>, fail: Fail, periodNow: () => number = Date.now): Shape {
+  const { algorithm, windowMs, period } = readCounting(input, fail, periodNow)
+  const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
+  const maxLimit = maxLimitFor(algorithm, windowMs)
+  const maxText = maxLimitText(algorithm, windowMs, maxLimit)
+  const limits = readCounts(input.limit, 'limit', maxLimit, maxText, fail)
   let bursts: Shape['bursts']
   if (input.burst !== undefined) {
     if (!bursty) fail('burst', `only applies to token-bucket and gcra (algorithm is ${algorithm})`)
-    bursts = new Map(readCounts(input.burst, 'burst', MAX_LIMIT, String(MAX_LIMIT), fail))
+    bursts = new Map(readCounts(input.burst, 'burst', maxLimit, maxText, fail))
   }
   const named = [...limits.map(([tier]) => tier), ...(bursts?.keys() ?? [])].filter((tier) => tier !== undefined)
   // Every tier named in either map gets a run; a tier missing from one map takes that map's fallback.
   const tierNames = named.length > 0 ? [...new Set([FALLBACK_TIER, ...named])] : [undefined]
-  return { algorithm, bursty, maxLimit, windowMs, limits, bursts, tierNames }
+  return { algorithm, bursty, maxLimit, windowMs, period, limits, bursts, tierNames }
 }
 
 export function isTiered (shape: Shape): boolean {

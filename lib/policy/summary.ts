@@ -14,7 +14,8 @@ export interface Listing {
 
 function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSummary {
   const { params } = block.base
-  return {
+  const { period } = block.runSpec
+  const row: PolicyBlockSummary = {
     name: block.name,
     algorithm: block.algorithm,
     limit: params.limit,
@@ -30,6 +31,12 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
       : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
     refunds: block.refundOn !== undefined
   }
+  if (period === undefined) return row
+  // The current period's length when read: copySummaries copies it as a value.
+  Object.defineProperty(row, 'windowMs', { get: () => period.lengthMs(), enumerable: true })
+  row.period = period.spec.unit
+  row.timeZone = period.spec.timeZone
+  return row
 }
 
 /** The names of a policy's own blocks (not the global ones), as API targets. */

@@ -39,8 +39,10 @@ interface RunHeader {
   item: string
   /** `q`: the limit, or the burst capacity for token-bucket and gcra. */
   quota: number
-  /** `w` in seconds: the window, or the time to refill the burst. */
+  /** `w` in seconds: the window, or the time to refill the burst; a calendar period's current length. */
   windowSeconds: number
+  /** A calendar period's start these strings were rendered for (a new period renders again). */
+  periodStart?: number
 }
 
 /**
@@ -50,13 +52,16 @@ interface RunHeader {
  * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
  */
 function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
-  const { limit, windowMs, burst } = run.params
+  const { limit, burst } = run.params
+  const windowMs = run.period?.lengthMs() ?? run.params.windowMs
   const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
   const quota = bursty ? burst : limit
   const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
   const name = sfString(block.name)
   const item = `${name};q=${quota};w=${windowSeconds}` + (run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`)
-  return { name, item, quota, windowSeconds }
+  const header: RunHeader = { name, item, quota, windowSeconds }
+  if (run.period !== undefined) header.periodStart = run.period.bounds()[1]
+  return header
 }
 
 /** A run belongs to one block, so the run alone keys its strings. */
@@ -64,7 +69,7 @@ const runHeaders = new WeakMap<BlockRun, RunHeader>()
 
 function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
   let header = runHeaders.get(run)
-  if (header === undefined) {
+  if (header === undefined || (run.period !== undefined && header.periodStart !== run.period.bounds()[1])) {
     header = renderRun(run, block)
     runHeaders.set(run, header)
   }
@@ -89,8 +94,10 @@ const filled = new WeakSet<CompiledPolicy>()
 
 function fill (policy: CompiledPolicy): void {
   filled.add(policy)
-  listValues.set(policy.runs, joinItems(policy, policy.runs))
-  for (const list of policy.tierRuns?.values() ?? []) listValues.set(list, joinItems(policy, list))
+  // A list with a calendar period is joined per request: its `w` changes with the period.
+  for (const list of [policy.runs, ...policy.tierRuns?.values() ?? []]) {
+    if (!list.some((run) => run.period !== undefined)) listValues.set(list, joinItems(policy, list))
+  }
 }
 
 /** `RateLimit-Policy`: every enforced block of the run list, whatever was decided (a deny-cache answer too). */

@@ -12,13 +12,30 @@ export type AlgorithmName = typeof ALGORITHMS[number]
 export const MAX_LIMIT = 100_000_000
 export const MAX_SLIDING_LOG_LIMIT = 10_000
 export const MIN_WINDOW_MS = 1
-export const MAX_WINDOW_MS = 86_400_000
+export const DAY_MS = 86_400_000
+/** The longest `window`: 366 days (a calendar quota is a `period`). */
+export const MAX_WINDOW_MS = 366 * DAY_MS
+
+/**
+ * The largest limit (and burst) a block of `algorithm` over `windowMs` takes:
+ * sliding-window (`prev * (w - elapsed)`), token-bucket and gcra (`burst * w`)
+ * multiply by the window, so `max(limit, burst) × windowMs` must stay below
+ * 2^53; fixed-window only counts. The one rule for declared limits, tier maps,
+ * requestLimit results and runtime overrides.
+ */
+export function maxLimitFor (algorithm: AlgorithmName, windowMs: number): number {
+  if (algorithm === 'sliding-log') return MAX_SLIDING_LOG_LIMIT
+  if (algorithm === 'fixed-window') return MAX_LIMIT
+  return Math.min(MAX_LIMIT, Math.floor(Number.MAX_SAFE_INTEGER / windowMs))
+}
 
 /** The numbers a script needs for one block; `burst` equals `limit` where it has no meaning. */
 export interface BlockParams {
   limit: number
   windowMs: number
   burst: number
+  /** fixed-window over a calendar period: the period's start (windowMs is then its length); else epoch-aligned. */
+  start?: number
 }
 
 /** What one algorithm answers for one request. All values are integers. */

@@ -1,4 +1,5 @@
 import type { AlgorithmName, BlockParams, RawDecision } from './algorithms.js'
+import type { PeriodBoundaries } from './periods.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.
@@ -22,6 +23,8 @@ export interface BlockRun {
   penalty?: Penalty
   /** This instance's share while Redis is unavailable (onRedisError 'local'), when known. */
   local?: BlockParams
+  /** A calendar period's boundaries (fixed-window over the period holding now), when the block declares `period`. */
+  period?: PeriodBoundaries
 }
 
 /** A compiled `penalty`: see docs/algorithms.md, "Penalties", and scripts/penalty.lua. */

@@ -1,5 +1,5 @@
 import type { AlgorithmName } from '../store/algorithms.js'
-import type { FailurePolicy, RateLimitMode } from './block.js'
+import type { FailurePolicy, RateLimitMode, RateLimitPeriod } from './block.js'
 
 /* What the plugin answers: decisions, `fastify.rateLimit` and its records. */
 
@@ -44,7 +44,12 @@ export interface PolicyBlockSummary {
   algorithm: AlgorithmName
   /** The `default` tier's values when the block has tiers. */
   limit: number
+  /** The window; for a calendar period, the current period's length (read when `policies()` is called). */
   windowMs: number
+  /** The calendar period, for a block that declares one. */
+  period?: RateLimitPeriod
+  /** The period's time zone, for a block that declares a period. */
+  timeZone?: string
   burst: number
   by: string[]
   onRedisError: FailurePolicy

@@ -16,16 +16,49 @@ export type RateLimitHook = 'onRequest' | 'preParsing' | 'preValidation' | 'preH
 /** A count, or a count per tier: `{ default: 60, pro: 600 }` (the `default` tier is required). */
 export type TieredCount = number | ({ default: number } & Record<string, number>)
 
-/** One route's declared limit: `config: { rateLimit: { ... } }`. */
-export interface RateLimitBlock {
-  /** Requests per window; for token-bucket/gcra the sustained rate is `limit` per `window`. A tier map needs `default`. */
-  limit: TieredCount
-  /** Milliseconds, or `'500ms'`, `'1s'`, `'1m'`, `'15m'`, `'1h'`, `'1d'`. */
+/** A calendar period a quota resets at (`period` field). */
+export type RateLimitPeriod = 'day' | 'week' | 'month' | 'year'
+/** ISO weekday: 1 = Monday … 7 = Sunday. */
+export type RateLimitWeekday = 1 | 2 | 3 | 4 | 5 | 6 | 7
+
+/** A block counted over a duration: `{ limit: 100, window: '1m' }`. */
+export interface RateLimitWindowBlock extends RateLimitBlockFields {
+  /**
+   * Milliseconds, or `'500ms'`, `'1s'`, `'1m'`, `'15m'`, `'1h'`, `'1d'`, `'7d'`, `'1y'`
+   * (up to 366 days). A duration aligned to the epoch: a `'7d'` fixed window resets
+   * on Thursdays 00:00 UTC; use `period` for calendar quotas.
+   */
   window: number | string
   /** Default `'sliding-window'`. */
   algorithm?: AlgorithmName
   /** Token-bucket / GCRA capacity; default `limit`. May be a tier map too. */
   burst?: TieredCount
+  period?: never
+  timeZone?: never
+  weekStart?: never
+}
+
+/** A quota that resets on the calendar: `{ limit: 10_000, period: 'month', timeZone: 'Europe/Berlin' }` (a fixed-window count). */
+export interface RateLimitPeriodBlock extends RateLimitBlockFields {
+  /** Resets at the start of each day, week, month or year in `timeZone`. */
+  period: RateLimitPeriod
+  /** IANA time zone name; default `'UTC'`. */
+  timeZone?: string
+  /** The weekday a `'week'` starts on; default 1 (Monday). */
+  weekStart?: RateLimitWeekday
+  /** A period is always a fixed-window count. */
+  algorithm?: 'fixed-window'
+  window?: never
+  burst?: never
+}
+
+/** One route's declared limit: `config: { rateLimit: { ... } }`, over a `window` or a calendar `period`. */
+export type RateLimitBlock = RateLimitWindowBlock | RateLimitPeriodBlock
+
+/** What every block may declare, whatever it counts over. */
+export interface RateLimitBlockFields {
+  /** Requests per window (or period); for token-bucket/gcra the sustained rate is `limit` per `window`. A tier map needs `default`. */
+  limit: TieredCount
   /** Identity part(s); default: the user when `user(request)` gives one, else the IP. */
   by?: IdentityPartSpec | IdentityPartSpec[]
   /** Units this request spends; default 1. */

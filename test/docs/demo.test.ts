@@ -55,6 +55,9 @@ for (const withRedis of [false, true]) {
     // Concurrent, so a loaded machine's slow requests cannot let the bucket refill (10/s) in between.
     const searches = await Promise.all(Array.from({ length: 25 }, async () => (await call(demo.base, '/search?q=redis', { headers: key })).status))
     t.ok(searches.filter((s) => s === 429).length >= 1, 'the token bucket runs dry after its burst')
+    const plan = /"search-plan";q=10000;w=(\d+)/.exec(String((await call(demo.base, '/search?q=redis', { headers: { 'x-api-key': 'demo-key-2' } })).headers['ratelimit-policy']))
+    const monthDays = Number(plan?.[1]) / 86400
+    t.ok(monthDays >= 28 - 1 / 24 && monthDays <= 31 + 1 / 24, `beside it the key's calendar month in Berlin (w = ${monthDays} days)`)
 
     const username = `user-${Date.now()}`
     const logins = []

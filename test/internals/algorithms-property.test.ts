@@ -30,7 +30,7 @@ import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
 import { loadScripts } from '../../lib/store/redis/scripts.js'
 import {
-  ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS,
+  ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
   type AlgorithmName, type BlockParams, type RawDecision
 } from '../../lib/store/algorithms.js'
 
@@ -114,6 +114,8 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
       { weight: 3, arbitrary: fc.integer({ min: 1, max: 20 }) },
       { weight: 3, arbitrary: fc.integer({ min: 1, max: 10_000 }) },
       { weight: 1, arbitrary: fc.integer({ min: 1, max: MAX_WINDOW_MS }) },
+      { weight: 1, arbitrary: fc.constant(DAY_MS) },
+      { weight: 1, arbitrary: fc.integer({ min: DAY_MS, max: MAX_WINDOW_MS }) },
       { weight: 1, arbitrary: fc.constant(MAX_WINDOW_MS) }
     ),
     burst: smallOrBig(6, 100, MAX_LIMIT),
@@ -123,7 +125,11 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
       gap: fc.nat(),
       cost: fc.integer({ min: 1, max: 3 })
     }), { minLength: 1, maxLength: MAX_STEPS, size: 'max' })
-  }).map(({ limit, windowMs, burst, start, moves }) => {
+  }).map(({ limit: drawn, windowMs, burst: drawnBurst, start, moves }) => {
+    // Every limit the validators accept at this window (max(limit, burst) × window below 2^53 where it scales).
+    const max = maxLimitFor(algorithm, windowMs)
+    const limit = Math.min(drawn, max)
+    const burst = Math.min(drawnBurst, max)
     const params = { limit, windowMs, burst: hasBurst ? burst : limit }
     // gaps on the scales that matter: same ms, a few ms, one emission interval, a window, several windows
     const interval = Math.ceil(windowMs / limit) + 2

@@ -6,6 +6,10 @@
  * they leave as one script call and run in order inside it. Every decision
  * must give the same numbers on both sides, penalties included.
  *
+ * Some fixed-window blocks count over periods of uneven lengths whose
+ * boundaries Node computes with a clock skewed by up to 2 s (as calendar
+ * periods do): both sides must pick the same period by the shared clock.
+ *
  * Both stores read the same injected clock. Windows and penalties are at
  * least 5 s, so no key expires by Redis's real clock during a scenario (each
  * takes well under a second), while the injected clock jumps far enough to
@@ -18,6 +22,7 @@ import { MemoryStore } from '../../lib/store/memory/store.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
 import type { BlockRun, DecideMode } from '../../lib/store/port.js'
+import type { Boundaries, PeriodBoundaries } from '../../lib/store/periods.js'
 import { TestClock, testRun } from '../helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from '../helpers/redis.js'
 
@@ -35,8 +40,26 @@ const block = fc.record({
   limit: fc.integer({ min: 1, max: 5 }),
   windowMs: fc.integer({ min: 5000, max: 20_000 }),
   shadow: fc.boolean(),
-  penalty
+  penalty,
+  // A fixed-window over periods of uneven lengths, whose boundaries Node computes with a skewed clock.
+  periodSkew: fc.option(fc.integer({ min: -2000, max: 2000 }), { nil: undefined })
 })
+
+/** Periods of 7, 11 and 13 s in turn from `origin`: boundaries around `now() + skew`, as CalendarPeriod gives them. */
+function unevenPeriods (origin: number, now: () => number, skew: number): PeriodBoundaries {
+  const lengths = [7000, 11_000, 13_000]
+  const startOf = (n: number): number => {
+    let at = origin
+    for (let i = 0; i < n; i++) at += lengths[i % 3] as number
+    return at
+  }
+  const bounds = (): Boundaries => {
+    let n = 1
+    while (startOf(n + 1) <= now() + skew) n++
+    return [startOf(n - 1), startOf(n), startOf(n + 1), startOf(n + 2)]
+  }
+  return { bounds, arg: () => bounds().join(':'), lengthMs: () => bounds()[2] - bounds()[1] }
+}
 
 const decision = fc.record({
   kind: fc.constantFrom<'charge' | 'peek' | 'refund'>('charge', 'charge', 'charge', 'peek', 'refund'),
@@ -66,15 +89,25 @@ test('property: the batch script decides like the memory store, penalties includ
   let run = 0
   let penalized = 0
   let batched = 0
+  let periods = 0
   await fc.assert(fc.asyncProperty(scenario, async ({ blocks, steps }) => {
     run++
     const model = new MemoryStore(clock.read)
-    const runs: BlockRun[] = blocks.map((b) => testRun({
-      ...b,
-      penalty: b.penalty === undefined
-        ? undefined
-        : { after: b.penalty.after, forMs: b.penalty.forMs, backoff: b.penalty.backoff, maxMs: b.penalty.forMs + b.penalty.extra, arg: `${b.penalty.after}:${b.penalty.forMs}:${b.penalty.backoff}:${b.penalty.forMs + b.penalty.extra}` }
-    }))
+    const origin = clock.now - 20_000
+    const runs: BlockRun[] = blocks.map((b) => {
+      const built = testRun({
+        ...b,
+        algorithm: b.periodSkew === undefined ? b.algorithm : 'fixed-window',
+        penalty: b.penalty === undefined
+          ? undefined
+          : { after: b.penalty.after, forMs: b.penalty.forMs, backoff: b.penalty.backoff, maxMs: b.penalty.forMs + b.penalty.extra, arg: `${b.penalty.after}:${b.penalty.forMs}:${b.penalty.backoff}:${b.penalty.forMs + b.penalty.extra}` }
+      })
+      if (b.periodSkew !== undefined) {
+        built.period = unevenPeriods(origin, clock.read, b.periodSkew)
+        periods++
+      }
+      return built
+    })
     try {
       for (const [s, step] of steps.entries()) {
         clock.advance(step.dt)
@@ -108,4 +141,5 @@ test('property: the batch script decides like the memory store, penalties includ
   }), { numRuns: NUM_RUNS })
   t.ok(penalized > 50, `${penalized} penalized decisions agreed`)
   t.ok(batched > 100, `${batched} steps sent several decisions in one script call`)
+  t.ok(periods > 50, `${periods} blocks counted over skewed calendar-like periods`)
 })

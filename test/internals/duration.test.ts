@@ -1,5 +1,6 @@
 import { test } from 'tap'
 import { parseWindow } from '../../lib/policy/duration.js'
+import { MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
 import { errors } from '../../lib/index.js'
 import { buildApp, setupRedisApp } from '../helpers/app.js'
 
@@ -41,11 +42,22 @@ test('what is refused, with a message that quotes the string', async (t) => {
     t.match(message, /must be milliseconds or a duration string like '500ms'.*'15 minutes'/, JSON.stringify(input))
     if (input.length < 65) t.ok((message as string).includes(`(got ${JSON.stringify(input)})`), `quotes ${JSON.stringify(input)}: ${String(message)}`)
   }
-  // Read, but outside 1 ms .. 1 day, or not whole milliseconds.
+  // Read, but outside 1 ms .. 1 day (the default bound: penalties, the breaker's cooldown), or not whole milliseconds.
   t.equal(parseWindow('1w'), 'must be between 1 ms and 1 day (got "1w" = 604800000 ms)')
   t.equal(parseWindow('25 hours'), 'must be between 1 ms and 1 day (got "25 hours" = 90000000 ms)')
   t.equal(parseWindow('-1s'), 'must be between 1 ms and 1 day (got "-1s" = -1000 ms)')
   t.equal(parseWindow('1 year'), 'must be between 1 ms and 1 day (got "1 year" = 31557600000 ms)')
+  // A block's window goes to 366 days.
+  t.equal(parseWindow('1w', MAX_WINDOW_MS), 604_800_000)
+  t.equal(parseWindow('1 week', MAX_WINDOW_MS), 604_800_000)
+  t.equal(parseWindow('30d', MAX_WINDOW_MS), 2_592_000_000)
+  t.equal(parseWindow('1y', MAX_WINDOW_MS), 31_557_600_000, '@lukeed/ms: a year is 365.25 days')
+  t.equal(parseWindow('366d', MAX_WINDOW_MS), MAX_WINDOW_MS)
+  t.equal(parseWindow('367d', MAX_WINDOW_MS), 'must be between 1 ms and 366 days (got "367d" = 31708800000 ms)')
+  for (const month of ['1M', '2 M', 'mo', '1mo', '3 months', '1 Month', '1 MONTH']) {
+    t.match(parseWindow(month, MAX_WINDOW_MS), /^has no month unit .*use period: 'month'/, `${month} points to period`)
+  }
+  t.equal(parseWindow('1m', MAX_WINDOW_MS), 60_000, 'lowercase m stays a minute')
   t.equal(parseWindow('1.5ms'), 'must be a whole number of milliseconds (got "1.5ms" = 1.5)')
   t.equal(parseWindow('0.5'), 'must be a whole number of milliseconds (got "0.5" = 0.5)')
   t.equal(parseWindow(1.5), 'must be a whole number of milliseconds (got 1.5)')
@@ -69,8 +81,11 @@ test('a bad window string fails register with a coded error naming the route, th
   t.equal((caught as Error).message, 'Invalid rate limit for route GET /x: `window` must be milliseconds or a duration string like \'500ms\', \'1s\', \'1m\', \'15 minutes\', \'1 hour\', \'1d\' (got "1 fortnight")')
   const other = await buildApp({ store: 'memory' })
   t.teardown(async () => { await other.close() })
-  t.throws(() => other.get('/y', { config: { rateLimit: { limit: 5, window: '2 days' } } }, ok), { code: 'FST_RRL_INVALID_BLOCK', message: /`window` must be between 1 ms and 1 day \(got "2 days" = 172800000 ms\)/ })
-  await t.rejects(buildApp({ store: 'memory', defaultLimit: { limit: 5, window: '1 week' } }), { code: 'FST_RRL_INVALID_BLOCK', message: /"1 week"/ })
+  t.throws(() => other.get('/y', { config: { rateLimit: { limit: 5, window: '400 days' } } }, ok), { code: 'FST_RRL_INVALID_BLOCK', message: /`window` must be between 1 ms and 366 days \(got "400 days" = 34560000000 ms\)/ })
+  t.throws(() => other.get('/m', { config: { rateLimit: { limit: 5, window: '1M' } } }, ok), { code: 'FST_RRL_INVALID_BLOCK', message: /`window` has no month unit \(got "1M"; '1M' would read as one minute\): use period: 'month'/ })
+  await t.rejects(buildApp({ store: 'memory', defaultLimit: { limit: 5, window: '1 month' } }), { code: 'FST_RRL_INVALID_BLOCK', message: /"1 month"/ })
+  await t.rejects(buildApp({ store: 'memory', defaultLimit: { limit: 5, window: '1m', penalty: { after: 1, for: '1m', max: '2d' } } }), { code: 'FST_RRL_INVALID_BLOCK', message: /`penalty.max` must be between 1 ms and 1 day/ }, 'a penalty stays within a day')
+  await t.rejects(buildApp({ store: 'memory', circuitBreaker: { cooldown: '2d' } }), { code: 'FST_RRL_INVALID_OPTION', message: /between 1 ms and 1 day/ }, 'so does the breaker\'s cooldown')
 })
 
 test('long-form windows enforce the same limit as their short form, against a real Redis', async (t) => {

@@ -4,7 +4,13 @@ import fc from 'fast-check'
 import type { FastifyRequest } from 'fastify'
 import { compileIdentity, type IdentityPartSpec } from '../../lib/keys/identity.js'
 import { canonicalIp } from '../../lib/keys/ip.js'
-import { boundIdentity, hashValue, identityHasher, keyHead, keyMethod, keyTail, MAX_KEY_BYTES, routeSegment } from '../../lib/keys/layout.js'
+import {
+  assembleKeys, boundIdentity, distinctSuffixes, hashValue, identityHasher, keyHead, keyLayout, keyMethod, keySuffix, keyTail,
+  MAX_IDENTITY_LENGTH, MAX_KEY_BYTES, MAX_PREFIX_LENGTH, routeSegment
+} from '../../lib/keys/layout.js'
+import { NOMINAL_PERIOD_MS } from '../../lib/policy/period.js'
+import { DAY_MS, MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
+import { penaltyKey } from '../../lib/store/port.js'
 import { parseWindow } from '../../lib/policy/duration.js'
 import { parseRouteTree } from '../../lib/policy/routes.js'
 import { crc16, keySlot } from '../../lib/store/redis/slots.js'
@@ -230,4 +236,39 @@ test('hashSecret: HMAC-SHA256 with the same shape; another secret, another key; 
   const before = keyed('bob')
   secret.fill(0)
   t.equal(keyed('bob'), before, 'mutating the caller\'s buffer afterwards changes nothing')
+})
+
+test('the longest window and a calendar period keep every key within 128 bytes, penalty keys and siblings included', async (t) => {
+  const longest = 'America/Argentina/ComodRivadavia'
+  const suffixes = {
+    day: keySuffix('gcra', DAY_MS),
+    longest: keySuffix('gcra', MAX_WINDOW_MS),
+    period: keySuffix('fixed-window', NOMINAL_PERIOD_MS.month, { unit: 'month', timeZone: longest, weekStart: 1 })
+  }
+  t.equal(suffixes.day, 'gc86400000', 'windows up to a day keep their suffix (rolling deploys)')
+  t.equal(suffixes.longest, 'gc~eiz5s00', '366 days: a compact suffix')
+  t.match(suffixes.period, /^fpm[A-Za-z0-9_-]{7}$/)
+  t.equal(keySuffix('sliding-window', 2 * DAY_MS), 'sw~2uvpc0', 'two days')
+  t.not(keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 7 }), 'weekStart is in the key')
+  t.not(keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'Europe/Berlin', weekStart: 1 }), 'the time zone is in the key')
+  const prefix = 'p'.repeat(MAX_PREFIX_LENGTH)
+  const route = { method: 'OPTIONS', url: '/' + 'r'.repeat(35) } // the longest route segment kept as it is: 44 bytes
+  const identity = 'u=' + 'i'.repeat(MAX_IDENTITY_LENGTH - 2)
+  const lengths: Record<string, number> = {}
+  for (const [name, suffix] of Object.entries(suffixes)) {
+    for (const global of [false, true]) {
+      const blocks = [{ global, suffix }, { global: false, suffix }, { global: false, suffix }]
+      distinctSuffixes(blocks)
+      const layout = keyLayout(prefix, route, blocks, [0, 0, 0])
+      for (const key of assembleKeys(layout, [boundIdentity(identity)])) {
+        for (const each of [key, penaltyKey(key)]) {
+          lengths[name] = Math.max(lengths[name] ?? 0, Buffer.byteLength(each))
+          if (Buffer.byteLength(each) > MAX_KEY_BYTES) t.fail(`${Buffer.byteLength(each)} bytes: ${each}`)
+        }
+      }
+    }
+  }
+  t.equal(routeSegment('OPTIONS', route.url).length, 44)
+  t.equal(lengths.longest, lengths.day, `the 366-day window's worst key is as long as the 1-day one's (${lengths.day ?? 0} bytes)`)
+  t.ok((lengths.period ?? 0) <= (lengths.day ?? 0), `a period's worst key: ${lengths.period ?? 0} bytes`)
 })

@@ -1,4 +1,5 @@
-import type { RawDecision } from '../algorithms.js'
+import type { BlockParams, RawDecision } from '../algorithms.js'
+import { periodAt } from '../periods.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
 import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
 import { LruMap } from '../../util/lru-map.js'
@@ -21,6 +22,14 @@ function penaltyLength (penalty: Penalty, offences: number): number {
   let length = penalty.forMs
   for (let k = 2; k <= offences; k++) length = Math.min(penalty.maxMs, length * penalty.backoff)
   return Math.floor(Math.min(penalty.maxMs, length))
+}
+
+/** A run's numbers at `now`: a calendar period's start and length, picked as the batch script picks them. */
+function paramsAt (run: BlockRun, now: number): BlockParams {
+  if (run.period === undefined) return run.params
+  const period = periodAt(run.period.bounds(), Math.floor(now))
+  if (period === undefined) throw new Error('now is outside the calendar periods sent')
+  return { ...run.params, windowMs: period[1] - period[0], start: period[0] }
 }
 
 /*
@@ -48,7 +57,11 @@ export class MemoryStore implements Store {
   }
 
   decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
-    return Promise.resolve(this.decideNow(request, mode))
+    try {
+      return Promise.resolve(this.decideNow(request, mode))
+    } catch (error) {
+      return Promise.reject(error)
+    }
   }
 
   /** The live state of a key, marked as recently used; undefined when absent or expired. */
@@ -75,14 +88,14 @@ export class MemoryStore implements Store {
       return runs.map((run, i) => {
         const wait = blocked[i]
         if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, nextMs: wait, penalized: true }
-        return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now).decision
+        return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), paramsAt(run, now), costs[i] as number, now).decision
       })
     }
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true
     for (let i = 0; i < runs.length; i++) {
       const run = runs[i] as BlockRun
-      const step = memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now)
+      const step = memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), paramsAt(run, now), costs[i] as number, now)
       steps.push(step)
       if (!step.decision.allowed && !run.shadow) admit = false
     }
@@ -103,7 +116,7 @@ export class MemoryStore implements Store {
       const run = runs[i] as BlockRun
       const decision = decisions[i] as RawDecision
       if (run.penalty === undefined || run.shadow || decision.allowed) continue
-      const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, run.params.windowMs, now)
+      const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, paramsAt(run, now).windowMs, now)
       if (until !== undefined) {
         const wait = until - now
         decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), nextMs: Math.max(decision.nextMs, wait), penalized: true }
@@ -159,7 +172,7 @@ export class MemoryStore implements Store {
     const { keys, costs } = request
     return request.runs.map((run, i) => {
       const key = keys[i] as string
-      const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
+      const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), paramsAt(run, now), costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
       if (given === undefined) return false
       if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
       else this.#write(key, given.state, now + given.ttlMs)

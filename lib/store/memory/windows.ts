@@ -3,12 +3,13 @@ import { decision, idiv } from './math.js'
 import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
 
 export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
-  step (state, { limit, windowMs: w }, cost, now) {
+  step (state, { limit, windowMs: w, start }, cost, now) {
     now = Math.floor(now)
-    const idx = idiv(now, w)
+    // A calendar period's index is its start (Lua: the `start` argument).
+    const idx = start ?? idiv(now, w)
     let count = 0
     if (state !== undefined && state.idx === idx) count = state.count
-    const toEnd = (idx + 1) * w - now
+    const toEnd = (start ?? idx * w) + w - now
     const available = Math.max(0, limit - count)
     if (cost > limit) {
       return { decision: decision(false, available, count > 0 ? toEnd : 0, w, count > 0 ? toEnd : 0), state: undefined, ttlMs: 0 }
@@ -19,12 +20,13 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
     count = count + cost
     return { decision: decision(true, limit - count, toEnd, 0, toEnd), state: { idx, count }, ttlMs: toEnd }
   },
-  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+  refund (state, { windowMs: w, start }, cost, now, elapsedMs) {
     now = Math.floor(now)
-    const idx = idiv(now, w)
+    const idx = start ?? idiv(now, w)
+    const from = start ?? idx * w
     const count = state !== undefined && state.idx === idx ? state.count : 0
-    if (count === 0 || idiv(now - elapsedMs, w) !== idx) return undefined
-    return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: (idx + 1) * w - now }
+    if (count === 0 || now - elapsedMs < from) return undefined
+    return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: from + w - now }
   }
 }
 

@@ -34,8 +34,8 @@ export function multiRefundMode (elapsed: string): string {
 /** Values per block in the multi script's ARGV (after the two leading ones). */
 export const MULTI_STRIDE = 6
 
-/** Values per block spec in a batch: algorithm number, limit, windowMs, burst, shadow, penalty. */
-export const SPEC_STRIDE = 6
+/** Values per block spec in a batch: algorithm number, limit, windowMs, burst, shadow, penalty, period. */
+export const SPEC_STRIDE = 7
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
@@ -87,7 +87,7 @@ class SpecTable {
     if (index === undefined) {
       index = this.#index.size + 1
       this.#index.set(run, index)
-      this.values.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], run.shadow ? '1' : '', run.penalty?.arg ?? '')
+      this.values.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], run.shadow ? '1' : '', run.penalty?.arg ?? '', run.period?.arg() ?? '')
     }
     return index
   }

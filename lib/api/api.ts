@@ -12,7 +12,6 @@ import type {
   RateLimitOverrideInput
 } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
-import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
 /*
  * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
@@ -125,7 +124,7 @@ async function overrideRecord (
   const policy = registry.find(input.target, method)
   const index = overrideBlock(policy, input.target)
   const block = policy.blocks[index] as CompiledBlock
-  const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  const max = block.maxLimit
   if (!isCount(input.limit, max)) {
     throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
   }

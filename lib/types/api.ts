@@ -53,6 +53,8 @@ export interface PolicyBlockSummary {
   /** Per tier name: its limit and burst (undefined without tiers). */
   tiers: Record<string, { limit: number, burst: number }> | undefined
   refunds: boolean
+  /** Whether it has `settle`: usage charged by what the request used, when it ends. */
+  settles: boolean
   /** The runtime override of `limit` for every caller (see `setOverride`), when one is in force. */
   override?: RateLimitOverride
   /** How many callers have an override of their own for this block. */
@@ -96,6 +98,8 @@ export interface RateLimitStats {
   shadowLimited: number
   /** Requests whose units were given back by refundOn. */
   refunded: number
+  /** Requests whose `settle` changed their usage when they ended (the difference from the reservation was charged or given back). */
+  settled: number
   /** Refusals because the identity was serving a penalty, or started one (also counted in `limited`). */
   penalized: number
   /** Requests let through unlimited by `allowList` or a route's `skip` (no store call). */

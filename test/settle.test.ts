@@ -306,3 +306,50 @@ test('clock frozen: 200 concurrent settled requests over 2 instances leave usage
     t.equal(stored, expected, `${name}: the state equals the model's`)
   }
 })
+
+for (const store of STORES) {
+  test(`${store}: fastify.rateLimit.adjust changes usage outside a request, never refused`, async (t) => {
+    const { app, clock } = await setup(t, store, {
+      globalLimits: [{ name: 'everything', algorithm: 'fixed-window', limit: 1000, window: '1h' }],
+      policies: { stream: { algorithm: 'gcra', limit: 100, window: '1m' } }
+    })
+    app.get('/llm', {
+      config: {
+        rateLimit: [
+          { name: 'tokens', algorithm: 'token-bucket', limit: 100, window: '1m' },
+          { name: 'tokens-daily', algorithm: 'sliding-window', limit: 1000, window: '1d' },
+          { name: 'logins', algorithm: 'sliding-log', limit: 5, window: '1m' }
+        ]
+      }
+    }, async () => 'ok')
+    await app.ready()
+    clock.now = Math.ceil(clock.now / 86_400_000) * 86_400_000
+    const left = async (): Promise<number[]> => (await app.rateLimit.peek('GET /llm', IP)).policies.map((policy) => policy.remaining)
+
+    t.same(await app.rateLimit.adjust('GET /llm', IP, 40), ['tokens', 'tokens-daily'], 'every block of the route that supports it (not sliding-log, not the global one)')
+    t.same(await left(), [60, 960, 5, 1000])
+    t.same(await app.rateLimit.adjust('GET /llm', IP, -15), ['tokens', 'tokens-daily'])
+    t.same(await left(), [75, 975, 5, 1000], 'negative units give back')
+    await app.rateLimit.adjust('GET /llm', IP, 150)
+    t.same(await left(), [0, 825, 5, 1000], 'never refused: an overdraft of 75')
+    const refused = await call(app, '/llm')
+    t.equal(refused.statusCode, 429)
+    t.equal(refused.retryAfter, '46', '76 tokens to refill at 100 a minute before one is whole: 45.6 s')
+    await app.rateLimit.adjust('GET /llm', IP, -200)
+    t.equal((await call(app, '/llm')).statusCode, 200, 'given back: admitted again on this instance at once (its deny cache forgets the caller)')
+    t.same(await app.rateLimit.adjust('GET /llm', IP, 0), ['tokens', 'tokens-daily'], '0 changes nothing')
+
+    t.same(await app.rateLimit.adjust('everything', IP, 10), ['everything'], 'a global block, by its name')
+    t.equal((await app.rateLimit.peek('everything', IP)).remaining, 1000 - 1 - 10)
+    t.same(await app.rateLimit.adjust('stream', { ip: '203.0.113.9' }, 30), ['stream'], 'a named policy')
+    t.equal((await app.rateLimit.peek('stream', { ip: '203.0.113.9' })).remaining, 70)
+    t.same(await app.rateLimit.adjust('tokens-daily', IP, 25), ['tokens-daily'], 'a block by its name: that block alone')
+    t.same(await left(), [99, 1000 - 1 - 25, 4, 1000 - 1 - 10], 'the other blocks as the admitted request left them')
+    t.same(await app.rateLimit.adjust('logins', IP, 1), [], 'sliding-log cannot change after the fact: nothing to apply')
+
+    for (const units of [1.5, '2', Number.NaN, 100_000_001, undefined]) {
+      await t.rejects(app.rateLimit.adjust('GET /llm', IP, units as number), { code: 'FST_RRL_INVALID_API_CALL', message: /units must be an integer/ }, `units ${String(units)}`)
+    }
+    await t.rejects(app.rateLimit.adjust('GET /nope', IP, 1), { code: 'FST_RRL_UNKNOWN_POLICY' })
+  })
+}

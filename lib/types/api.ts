@@ -161,6 +161,17 @@ export interface RateLimitApi {
    */
   consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
   /**
+   * Changes the caller's usage by `units` (a signed integer: positive charges,
+   * negative gives back) on every block of `target` that supports it (all but
+   * sliding-log): a route's or named policy's own blocks, or the one block
+   * `target` names (a global block too), fleet-wide,
+   * in one store call, never refused: usage may go over the limit (an
+   * overdraft), as a request's `settle` may. For usage reported after the
+   * request (a stream that counts its tokens later). Resolves to the names of
+   * the blocks it applied to; rejects when the store fails.
+   */
+  adjust: (target: string, identity: RateLimitIdentity, units: number) => Promise<string[]>
+  /**
    * Overrides a block's `limit` fleet-wide (stored in Redis; every instance
    * applies it within its next poll), for every caller or one. Logged.
    */

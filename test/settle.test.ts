@@ -250,6 +250,27 @@ for (const store of STORES) {
   })
 }
 
+test('a request cut by connectionTimeout still settles, once', async (t) => {
+  const app = await buildApp({ store: 'memory' }, { connectionTimeout: 200, logger: false })
+  t.teardown(async () => { await app.close() })
+  let settles = 0
+  app.get('/slow', { config: { rateLimit: { algorithm: 'gcra', limit: 10, window: '1m', cost: 5, settle: () => { settles++; return 2 } } } }, async (req) => {
+    // the handler works until the connection goes (it would stream in a real service)
+    await new Promise((resolve) => { req.raw.once('close', resolve) })
+    return 'late'
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const port = (app.server.address() as AddressInfo).port
+  const outcome = await new Promise<string>((resolve) => {
+    const request = http.get({ port, host: '127.0.0.1', path: '/slow' }, () => { resolve('answered') })
+    request.on('error', (error) => { resolve(error.message) })
+  })
+  t.match(outcome, /socket hang up|ECONNRESET/, 'the server cut the connection')
+  t.ok(await eventually(() => app.rateLimit.stats().settled === 1), 'settled when the connection closed')
+  t.equal(settles, 1)
+  t.equal(await remaining(app, 'GET /slow'), 8, 'charged the 2 it used, not the 5 reserved')
+})
+
 test('startup: settle is a function, not with refundOn, not on sliding-log, and its overdraft stays exact', async (t) => {
   const app = await buildApp({ store: 'memory' })
   t.teardown(async () => { await app.close() })

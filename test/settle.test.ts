@@ -282,6 +282,7 @@ test('startup: settle is a function, not with refundOn, not on sliding-log, and 
   t.throws(() => { route('/e', { algorithm: 'gcra', limit: 10, burst: { default: 10, pro: 60_000_000 }, window: '1d', settle: () => 1 }) }, { code: 'FST_RRL_INVALID_BLOCK', message: /settle.*\(got 60000000\)/ })
   t.doesNotThrow(() => { route('/f', { algorithm: 'fixed-window', limit: 100_000_000, window: '1d', settle: () => 1 }) }, 'fixed-window multiplies nothing by the window')
   t.doesNotThrow(() => { route('/g', { algorithm: 'sliding-window', limit: 52_124_995, window: '1d', settle: () => 1 }) })
+  await t.rejects(buildApp({ store: 'memory', policies: { tokens: { limit: 5, window: '1m', settle: () => 1 } } }), { code: 'FST_RRL_INVALID_BLOCK', message: /settle.*needs a request.*adjust/ }, 'a named policy has no request to settle')
 })
 
 test('clock frozen: 200 concurrent settled requests over 2 instances leave usage equal to the sum of what they used', async (t) => {

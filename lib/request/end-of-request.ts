@@ -29,9 +29,6 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  *   flag (`endOfRequest`) that makes the route hook track the request.
  */
 
-/** How the units of a refund, settle or adjust are counted in stats. */
-interface Sent { refunded: boolean, settled: boolean }
-
 /** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
 export interface Ending {
   policy: CompiledPolicy
@@ -129,19 +126,15 @@ async function send (entries: readonly Adjustment[], request: FastifyRequest, ru
   }
 }
 
-/** The request ended: every source's entries in one store call. */
+/** The request ended: every source's entries in one store call; stats count requests whose call succeeded. */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
   const refunded = refunds(ending, request, reply, runtime)
   let settled = settles(ending, request, reply, runtime)
   if (settled instanceof Promise) settled = await settled
   const entries = settled.length === 0 ? refunded : [...refunded, ...settled]
-  if (entries.length === 0) return
-  if (await send(entries, request, runtime, ending.policy.route)) count({ refunded: refunded.length > 0, settled: settled.length > 0 }, runtime)
-}
-
-function count (sent: Sent, runtime: Runtime): void {
-  if (sent.refunded) runtime.stats.refunded++
-  if (sent.settled) runtime.stats.settled++
+  if (entries.length === 0 || !(await send(entries, request, runtime, ending.policy.route))) return
+  if (refunded.length > 0) runtime.stats.refunded++
+  if (settled.length > 0) runtime.stats.settled++
 }
 
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */

@@ -29,7 +29,8 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
     tiers: block.tiers === undefined
       ? undefined
       : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
-    refunds: block.refundOn !== undefined
+    refunds: block.refundOn !== undefined,
+    settles: block.settle !== undefined
   }
   if (period === undefined) return row
   // The current period's length when read: copySummaries copies it as a value.

@@ -9,14 +9,13 @@ import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
-import { recordCharge } from './refund-hook.js'
-
-export { createRefundHook } from './refund-hook.js'
+import { trackEnd } from './end-of-request.js'
 
 /*
  * The Fastify side of a route's limit: operator bans (ban-refusal.ts), what
  * one request contributes (inputs.ts), the decision (decide/), then headers
- * and either continue or a refusal; refund-hook.ts gives units back (refundOn).
+ * and either continue or a refusal; end-of-request.ts changes usage when the
+ * request ends (refundOn, settle).
  */
 
 /** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
@@ -92,7 +91,7 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     }
     writeHeaders(reply, input, evaluation)
     if (!evaluation.rejected) {
-      if (policy.refunds) recordCharge(request, input, evaluation.decisions, runtime.clock())
+      if (policy.endOfRequest) trackEnd(request, reply, { policy, input, decisions: evaluation.decisions, at: runtime.clock() }, runtime)
       return undefined
     }
     return refuse(request, reply, evaluation, 429)

@@ -1,7 +1,7 @@
 import type { BlockParams, RawDecision } from '../algorithms.js'
 import { periodAt } from '../periods.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
 import { LruMap } from '../../util/lru-map.js'
 
 interface Entry {
@@ -164,20 +164,26 @@ export class MemoryStore implements Store {
     return started
   }
 
-  async refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
-    return this.refundNow(request, elapsedMs)
+  async adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
+    return this.adjustNow(entries)
   }
 
-  refundNow (request: StoreRequest, elapsedMs: number, now: number = this.#clock()): boolean[] {
-    const { keys, costs } = request
-    return request.runs.map((run, i) => {
-      const key = keys[i] as string
-      const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), paramsAt(run, now), costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
-      if (given === undefined) return false
-      if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
-      else this.#write(key, given.state, now + given.ttlMs)
-      return true
-    })
+  /** The model of the batch script's adjustment call (adjustOne there): per entry whether it changed something. */
+  adjustNow (entries: readonly Adjustment[], now: number = this.#clock()): boolean[] {
+    return entries.map((entry) => this.#adjustOne(entry, now))
+  }
+
+  #adjustOne ({ run, key, units, elapsedMs }: Adjustment, now: number): boolean {
+    const algorithm = memoryAlgorithms[run.algorithm]
+    const elapsed = Math.max(0, Math.round(elapsedMs))
+    const state = this.#read(key, now)
+    const changed = units < 0
+      ? algorithm.refund?.(state, paramsAt(run, now), -units, now, elapsed)
+      : units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now, elapsed) : undefined
+    if (changed === undefined) return false
+    if (changed.state === undefined || changed.ttlMs <= 0) this.#entries.delete(key)
+    else this.#write(key, changed.state, now + changed.ttlMs)
+    return true
   }
 
   async reset (keys: readonly string[]): Promise<void> {

@@ -42,8 +42,8 @@ import { bySlot } from './slots.js'
  * also reloads the script cache.
  */
 
-/** One decision (or peek, or refund) waiting for its batch: its call as protocol.ts encodes it. */
-export interface BatchJob extends EncodedCall {
+/** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
+export type BatchJob = EncodedCall & {
   resolve: (values: number[]) => void
   reject: (error: unknown) => void
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
+import { ADJUST_STRIDE, DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -72,13 +72,13 @@ end })`
 function header (what: string, sources: ScriptSources): string {
   return `#!lua
 -- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}
+local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}
 ${sources.prelude}`
 }
 
 /** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }). */
 const STANDALONE_CALL = `local mode = 0
-if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 end
+if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 elseif ARGV[6] == '3' then mode = 3 end
 return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), mode, tonumber(ARGV[7]) or 0) }
 `
 

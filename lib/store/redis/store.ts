@@ -2,14 +2,14 @@ import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
-import { decideCall, refundCall, toDecisions, toRefunds } from './protocol.js'
+import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
-import { awaitWithin } from '../../util/settle.js'
+import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
 
 /*
- * The Redis store: every decision, peek and refund goes through the
+ * The Redis store: every decision, peek and adjustment goes through the
  * dispatcher (dispatcher.ts), which sends the decisions of one
  * event-loop turn as one call of the batch script, bounded by `timeout`
  * (measured on Redis, not on Node's own lag). A client that is not ready is
@@ -92,10 +92,10 @@ export class RedisStore implements Store {
     })
   }
 
-  /** refundOn: gives back every block's units, spent `elapsedMs` ago, in this turn's batch. */
-  refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
+  /** Usage changed after the decision (refundOn, settle, adjust), in this turn's batch. */
+  adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ ...refundCall(request, elapsedMs), resolve: (values) => { resolve(toRefunds(values)) }, reject })
+      this.#dispatcher.enqueue({ ...adjustCall(entries), resolve: (values) => { resolve(toAdjusted(values)) }, reject })
     })
   }
 

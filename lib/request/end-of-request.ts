@@ -1,0 +1,150 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { RawDecision } from '../store/algorithms.js'
+import type { DecisionInput } from '../decide/evaluate.js'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { Adjustment, BlockRun } from '../store/port.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { reportValue, type InputRuntime as Runtime } from './inputs.js'
+
+/*
+ * The one end-of-request mechanism. Contract:
+ *
+ * - The route hook calls `trackEnd` once per request it admitted through the
+ *   store, on routes whose policy has `endOfRequest` (some block has
+ *   refundOn or settle). Deny-cache, degraded and refused answers charged
+ *   nothing and are never tracked.
+ * - It fires exactly once, when the raw response closes: after it finished,
+ *   on a client abort, on a timeout (light-my-request's inject emits 'close'
+ *   one tick after 'finish'). A response already closed fires at once.
+ * - At that moment each source in `ended` (refunds, settles) turns the
+ *   request's `Ending` (the blocks that charged it, their keys and costs,
+ *   the charge time) into store adjustments; a sync source is read in the
+ *   same tick (a refund is queued before the caller's next request), an
+ *   async one is awaited (it bounds its own wait). Whatever they give goes
+ *   in ONE `store.adjust` call (one batch entry, one hash slot); a failed
+ *   call is logged and dropped. Nothing here delays or fails the response:
+ *   it has closed already.
+ * - To add a kind of entry (a concurrency slot's release): a kind in
+ *   store/port.ts `Adjustment`, a source called in `ended`, and the policy
+ *   flag (`endOfRequest`) that makes the route hook track the request.
+ */
+
+/** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
+export interface Ending {
+  policy: CompiledPolicy
+  input: DecisionInput
+  decisions: ReadonlyArray<RawDecision | undefined>
+  at: number
+}
+
+/** Whether block i charged this request (every admitted decision was charged). */
+export function charged (ending: Ending, i: number): boolean {
+  return ending.decisions[i]?.allowed === true && ending.input.runs[i] !== undefined && ending.input.keys[i] !== undefined
+}
+
+/** Whether refundOn matches the reply; a throwing predicate is logged and means no. */
+function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: FastifyRequest, reply: FastifyReply, runtime: Runtime, route: string): boolean {
+  try {
+    return refundOn(reply) === true
+  } catch (error) {
+    runtime.badInput.report(request.log, { err: error, route }, 'rate limit refundOn threw; no refund')
+    return false
+  }
+}
+
+/** refundOn: a matching reply gives back what each such block charged. */
+function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] {
+  const { policy, input } = ending
+  const out: Adjustment[] = []
+  const elapsedMs = runtime.clock() - ending.at
+  for (let i = 0; i < input.runs.length; i++) {
+    const refundOn = policy.blocks[i]?.refundOn
+    const cost = input.costs[i] as number
+    if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
+    if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
+    out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, elapsedMs })
+  }
+  return out
+}
+
+/** Calls `settle(request, reply)`; a promise it returns is awaited at most identityTimeout ms. */
+function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settle']>, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Outcome | Promise<Outcome> {
+  let value: unknown
+  try {
+    value = settle(request, reply)
+  } catch (error) {
+    return { ok: false, error }
+  }
+  return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
+}
+
+/** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
+function difference (outcome: Outcome, ending: Ending, i: number, request: FastifyRequest, runtime: Runtime): number {
+  const run = ending.input.runs[i] as BlockRun
+  const cost = ending.input.costs[i] as number
+  const capacity = Math.max(run.params.limit, run.params.burst)
+  const value = outcome.ok ? outcome.value : undefined
+  if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
+  const route = `${ending.policy.route} (${ending.policy.blocks[i]?.name ?? ''})`
+  reportValue(request, runtime, 'settle', route, outcome, `leaving the reservation charged (settle must give an integer from 0 to ${capacity})`)
+  return 0
+}
+
+/** settle: per block that charged, the actual units minus the reservation; sync unless a settle returned a promise. */
+function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] | Promise<Adjustment[]> {
+  const { policy, input } = ending
+  const differences = new Array<number>(input.runs.length).fill(0)
+  let pending: Array<Promise<void>> | undefined
+  for (let i = 0; i < input.runs.length; i++) {
+    const settle = policy.blocks[i]?.settle
+    if (settle === undefined || !charged(ending, i)) continue
+    const outcome = callSettle(settle, request, reply, runtime)
+    if (outcome instanceof Promise) {
+      pending ??= []
+      pending.push(outcome.then((result) => { differences[i] = difference(result, ending, i, request, runtime) }))
+    } else {
+      differences[i] = difference(outcome, ending, i, request, runtime)
+    }
+  }
+  const entries = (): Adjustment[] => {
+    const elapsedMs = runtime.clock() - ending.at
+    const out: Adjustment[] = []
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, elapsedMs }) })
+    return out
+  }
+  return pending === undefined ? entries() : Promise.all(pending).then(entries)
+}
+
+/** Sends the adjustments in one store call; a failure is logged once per burst (as store failures are) and dropped. */
+async function send (entries: readonly Adjustment[], request: FastifyRequest, runtime: Runtime, route: string): Promise<boolean> {
+  try {
+    await runtime.store.adjust(entries)
+    return true
+  } catch (error) {
+    runtime.failures.report(request.log, { err: error, route }, 'rate limit end-of-request adjustment failed: usage not changed')
+    return false
+  }
+}
+
+/** The request ended: every source's entries in one store call; stats count requests whose call succeeded. */
+async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
+  const refunded = refunds(ending, request, reply, runtime)
+  let settled = settles(ending, request, reply, runtime)
+  if (settled instanceof Promise) settled = await settled
+  const entries = settled.length === 0 ? refunded : [...refunded, ...settled]
+  if (entries.length === 0 || !(await send(entries, request, runtime, ending.policy.route))) return
+  if (refunded.length > 0) runtime.stats.refunded++
+  if (settled.length > 0) runtime.stats.settled++
+}
+
+/** Fires `ended` once when the raw response closes (at once when it has closed already). */
+export function trackEnd (request: FastifyRequest, reply: FastifyReply, ending: Ending, runtime: Runtime): void {
+  const raw = reply.raw
+  const fire = (): void => {
+    ended(ending, request, reply, runtime).catch((error: unknown) => {
+      runtime.failures.report(request.log, { err: error, route: ending.policy.route }, 'rate limit end of request failed: usage not changed')
+    })
+  }
+  if (raw.closed) queueMicrotask(fire)
+  else raw.once('close', fire)
+}

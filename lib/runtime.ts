@@ -3,6 +3,7 @@ import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED
 import { Overrides } from './api/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
+import { SlotKeeper } from './decide/slots.js'
 import type { IdentityKind } from './keys/identity.js'
 import { overridesKey } from './keys/layout.js'
 import type { ResolvedOptions } from './options.js'
@@ -74,6 +75,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
+    slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
     overrides: new Overrides(store instanceof RedisStore ? store.client : undefined, overridesKey(options.prefix), clock, fastify.log),
     identityTimeout: options.identityTimeout
@@ -99,6 +101,7 @@ export function compileContext (
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
     hook: options.hook,
+    lease: options.lease,
     identityTimeout: options.identityTimeout,
     onPartError: (kind: IdentityKind, error: unknown, route: string) => {
       const err = new FST_RRL_IDENTITY_FAILED(kind, route)
@@ -109,6 +112,7 @@ export function compileContext (
 
 /** Stops what the runtime started: the store, the override poll, the local limiter, metrics. */
 export function closeRuntime (runtime: PluginRuntime): void {
+  runtime.slots.close()
   runtime.store.close()
   runtime.overrides.close()
   runtime.closeLocal()

@@ -12,7 +12,9 @@
 --                      common case; its one key is next in KEYS
 --     0, n, mode, then n pairs (spec, cost)
 --                      any decision: mode '' = charge, '1' = peek, 'r<ms>' =
---                      refund; its n block keys, then one penalty key per block
+--                      refund (of a concurrency block: its slot released),
+--                      'n' = renew slots; a concurrency block's cost is the
+--                      request's slot id (concurrency.lua); its n block keys, then one penalty key per block
 --                      whose spec has a penalty, are next in KEYS
 --
 -- The common case runs its algorithm straight: no table, no closure per
@@ -95,14 +97,15 @@ local function decide (at, k, n, modeArg)
   local p = k + n
   for i = 1, n do
     local s = tonumber(ARGV[at + (i - 1) * 2])
-    keys[i], spec[i], cost[i] = KEYS[k + i - 1], s, tonumber(ARGV[at + (i - 1) * 2 + 1])
+    local c = ARGV[at + (i - 1) * 2 + 1]
+    keys[i], spec[i], cost[i] = KEYS[k + i - 1], s, tonumber(c) or c
     fns[i], limits[i], windows[i], bursts[i], shadows[i] = sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s]
     if sPenalty[s] ~= '' then
       pkeys[i] = KEYS[p]
       p = p + 1
     end
   end
-  if mode ~= 2 then
+  if mode < 2 then
     local blocked = penalized(spec, pkeys, n)
     if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
   end

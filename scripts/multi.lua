@@ -7,7 +7,8 @@
 --   KEYS[i]   state key of block i (all keys of one request share one hash tag)
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
---             cost, spent <ms> ago (returns one 1/0 per block: given back or not)
+--             cost, spent <ms> ago (returns one 1/0 per block: given back or not;
+--             for a concurrency block: its slot released); 'n' = renew slots
 --   then per block i, at 2 + (i - 1) * MULTI_STRIDE: algorithm number (1-based,
 --   ALGORITHMS order), limit, windowMs, burst, cost, shadow ('1' = decided and
 --   recorded, never blocks the request)
@@ -20,18 +21,20 @@
 -- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
 -- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
 
--- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's elapsed ms.
+-- The mode argument as a number (0 charge, 1 peek, 2 refund, 3 renew) and a refund's elapsed ms.
+-- A refund of a concurrency run releases its slot (concurrency.lua); renew is for slots alone.
 local function modeOf (arg)
   if arg == '1' then return 1, 0 end
+  if arg == 'n' then return 3, 0 end
   if string.sub(arg, 1, 1) == 'r' then return 2, tonumber(string.sub(arg, 2)) end
   return 0, 0
 end
 
 -- n blocks, block i being fns[i] at limits[i], windows[i], bursts[i] with costs[i].
 local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
-  if mode == 2 then
+  if mode >= 2 then
     local given = {}
-    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, elapsed) end
+    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, mode, elapsed) end
     return given
   end
   local out = {}
@@ -61,7 +64,8 @@ local function multi (KEYS, ARGV)
   for i = 1, n do
     local b = 2 + (i - 1) * MULTI_STRIDE
     fns[i] = algorithms[tonumber(ARGV[b + 1])]
-    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    -- a concurrency block's cost is the request's slot id (never a number)
+    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
     shadows[i] = ARGV[b + 6] == '1'
   end
   return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)

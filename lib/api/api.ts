@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
+import { holdSlots, newSlotId } from '../decide/slots.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import type { Overrides } from './overrides.js'
@@ -15,7 +16,7 @@ import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
 import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
 /*
- * fastify.rateLimit: list, peek, reset and consume, for tooling and for limits
+ * fastify.rateLimit: list, peek, reset, consume and acquire, for tooling and for limits
  * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`),
  * by a block name (a route's or a global block's), or by a name from the
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
@@ -125,7 +126,7 @@ async function overrideRecord (
   const policy = registry.find(input.target, method)
   const index = overrideBlock(policy, input.target)
   const block = policy.blocks[index] as CompiledBlock
-  const max = block.algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
+  const max = block.maxLimit
   if (!isCount(input.limit, max)) {
     throw new FST_RRL_INVALID_API_CALL(method, `limit must be an integer from 1 to ${max} (got ${shown(input.limit)})`)
   }
@@ -195,6 +196,16 @@ export function createApi (
       const policy = registry.find(target, 'consume')
       const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
+    },
+    async acquire (target, identity) {
+      const policy = registry.find(target, 'acquire')
+      if (!policy.concurrency) {
+        throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
+      }
+      const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
+      const evaluation = await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)
+      const held = holdSlots(runtime, input, evaluation, log)
+      return { ...evaluation.decision, release: () => { held?.release() } }
     },
     async setOverride (input) {
       const record = await overrideRecord(registry, input, runtime.clock())

@@ -1,5 +1,5 @@
 import { createHash, createHmac } from 'node:crypto'
-import type { AlgorithmName } from '../store/algorithms.js'
+import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
 
 /*
  * The whole key layout, and the one place keys are assembled. Every key of
@@ -10,7 +10,7 @@ import type { AlgorithmName } from '../store/algorithms.js'
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
  * <suffix> is the algorithm's two letters and the window in ms (`sw60000`),
- * plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
+ * or `cc` for a concurrency block's slots, plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
  * a key, so a new limit or tier keeps the count. Blocks with different `by`
  * cannot share a tag (a startup error with a Cluster client only).
  *
@@ -101,9 +101,13 @@ const SUFFIX: Record<AlgorithmName, string> = {
   gcra: 'gc'
 }
 
-/** A block's key suffix before sibling disambiguation: `sw60000`. */
-export function keySuffix (algorithm: AlgorithmName, windowMs: number): string {
-  return SUFFIX[algorithm] + windowMs
+/**
+ * A block's key suffix before sibling disambiguation: `sw60000`. A
+ * concurrency block's is `cc` (a sorted set of leased slots): the lease is not
+ * part of it, so a new lease keeps the slots in flight.
+ */
+export function keySuffix (algorithm: RunAlgorithm, windowMs: number): string {
+  return algorithm === 'concurrency' ? 'cc' : SUFFIX[algorithm] + windowMs
 }
 
 /** Gives same-suffix siblings distinct keys: the second `sw60000` becomes `sw60000.1`. */

@@ -43,6 +43,8 @@ export interface CompiledPolicy extends KeyLayout {
   skips: readonly SkipPredicate[]
   /** Some block has a refundOn predicate. */
   refunds: boolean
+  /** Some block is a concurrency block: each request gets a slot id, and holds its slots until the response closes. */
+  concurrency: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
   allShadow: boolean
   /** The identity kinds of every block (for logs and the decision channel): kinds, never values. */
@@ -220,6 +222,7 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
     requestLimits: blocks.some((block) => block.requestLimit !== undefined),
     skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
     refunds: blocks.some((block) => block.refundOn !== undefined),
+    concurrency: blocks.some((block) => block.algorithm === 'concurrency'),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]
   }

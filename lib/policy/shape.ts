@@ -1,12 +1,14 @@
-import { ALGORITHMS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type AlgorithmName } from '../store/algorithms.js'
+import { ALGORITHMS, DEFAULT_LEASE_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, type RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'
 import { parseWindow } from './duration.js'
 import { buildRun, type RunSpec } from './run.js'
+import { checkOneKind, concurrencyShape } from './concurrency.js'
 
 /** The numbers of a block: algorithm, window, and its limit and burst per tier. */
 export interface Shape {
-  algorithm: AlgorithmName
+  /** 'concurrency' for a concurrency block (its window is the slots' lease). */
+  algorithm: RunAlgorithm
   /** token-bucket and gcra: `burst` is a capacity of its own. */
   bursty: boolean
   maxLimit: number
@@ -17,9 +19,11 @@ export interface Shape {
   tierNames: Array<string | undefined>
 }
 
-export function readShape (input: Record<string, unknown>, fail: Fail): Shape {
-  const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
-  if (!ALGORITHMS.includes(algorithm)) {
+export function readShape (input: Record<string, unknown>, fail: Fail, leaseMs = DEFAULT_LEASE_MS): Shape {
+  checkOneKind(input, fail)
+  if (input.concurrency !== undefined) return concurrencyShape(input, leaseMs, fail)
+  const algorithm = (input.algorithm ?? 'sliding-window') as RunAlgorithm
+  if (algorithm === 'concurrency' || !ALGORITHMS.includes(algorithm)) {
     fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
   }
   const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'

@@ -9,6 +9,8 @@ import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
 import { recordCharge } from './refund-hook.js'
+import { holdUntilClose } from './slot-release.js'
+import { newSlotId } from '../decide/slots.js'
 
 export { createRefundHook } from './refund-hook.js'
 
@@ -31,7 +33,9 @@ export interface RouteRuntime extends InputRuntime {
 function withRuns (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime, tier: string | undefined, limits: Array<number | undefined> | undefined, keys: string[]): DecisionInput {
   const tierRuns = runsForTier(policy, tier)
   const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
-  return { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
+  const input: DecisionInput = { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
+  if (policy.concurrency) input.slot = newSlotId()
+  return input
 }
 
 /** Tier, limits and keys start together; a Promise only when an async function made one. */
@@ -74,6 +78,7 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     if (input instanceof Promise) input = await input
     const evaluation = await evaluate(input, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision
+    if (policy.concurrency) holdUntilClose(request, reply, input, evaluation, runtime)
     if (evaluation.decision.degraded) {
       // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
       if (!evaluation.rejected) return undefined

@@ -1,4 +1,4 @@
-import type { AlgorithmName, BlockParams, RawDecision } from './algorithms.js'
+import type { BlockParams, RawDecision, RunAlgorithm } from './algorithms.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.
@@ -8,8 +8,9 @@ import type { AlgorithmName, BlockParams, RawDecision } from './algorithms.js'
 
 /** The numbers one block runs with for one tier (or for all, without tiers). */
 export interface BlockRun {
-  algorithm: AlgorithmName
-  /** 1-based position in ALGORITHMS: the multi script's algorithm number. */
+  /** 'concurrency': in-flight slots, `limit` of them, leased for `windowMs` (see scripts/concurrency.lua). */
+  algorithm: RunAlgorithm
+  /** 1-based position in ALGORITHMS (CONCURRENCY_NUMBER for slots): the scripts' algorithm number. */
   algorithmNumber: number
   params: BlockParams
   /** limit, windowMs, burst as script arguments. */
@@ -63,6 +64,13 @@ export interface StoreRequest {
   runs: readonly BlockRun[]
   keys: readonly string[]
   costs: readonly number[]
+  /** The request's slot id (its sorted-set member) for its concurrency runs; none without them. */
+  slot?: string
+}
+
+/** Whether a run counts in-flight slots (a concurrency block) rather than units. */
+export function isSlotRun (run: BlockRun): boolean {
+  return run.algorithm === 'concurrency'
 }
 
 /** Where decisions are taken: one atomic step per request. */
@@ -80,6 +88,15 @@ export interface Store {
    * One atomic call; returns per run whether units were given back.
    */
   refund: (request: StoreRequest, elapsedMs: number) => Promise<boolean[]>
+  /**
+   * Gives back the slot `request.slot` holds on each (concurrency) run's key.
+   * Idempotent (a slot is removed at most once, whatever the retries); the
+   * Redis store retries it after a timeout. Rejects when every try failed:
+   * the lease reclaims the slot then.
+   */
+  release: (request: StoreRequest) => Promise<void>
+  /** Extends the lease of the slot `request.slot` holds on each run's key; per run whether it was still held. */
+  renew: (request: StoreRequest) => Promise<boolean[]>
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */

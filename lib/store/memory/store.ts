@@ -1,6 +1,7 @@
 import type { RawDecision } from '../algorithms.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { isSlotRun, penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
 
 interface Entry {
@@ -66,6 +67,14 @@ export class MemoryStore implements Store {
     this.#entries.set(key, { state, expiresAt })
   }
 
+  /** Run i's step: its algorithm at its cost, or its slots for the request's slot id. */
+  #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
+    const run = runs[i] as BlockRun
+    const state = this.#read(keys[i] as string, now)
+    if (run.algorithm === 'concurrency') return slotStep(state as SlotState | undefined, run.params, slot ?? '', now)
+    return memoryAlgorithms[run.algorithm].step(state, run.params, costs[i] as number, now)
+  }
+
   /** The model's synchronous entry (property tests drive it with their own `now`). */
   decideNow (request: StoreRequest, mode: DecideMode, now: number = this.#clock()): RawDecision[] {
     const { runs, keys, costs } = request
@@ -75,14 +84,14 @@ export class MemoryStore implements Store {
       return runs.map((run, i) => {
         const wait = blocked[i]
         if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, nextMs: wait, penalized: true }
-        return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now).decision
+        return this.#step(request, i, now).decision
       })
     }
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true
     for (let i = 0; i < runs.length; i++) {
       const run = runs[i] as BlockRun
-      const step = memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), run.params, costs[i] as number, now)
+      const step = this.#step(request, i, now)
       steps.push(step)
       if (!step.decision.allowed && !run.shadow) admit = false
     }
@@ -159,10 +168,43 @@ export class MemoryStore implements Store {
     const { keys, costs } = request
     return request.runs.map((run, i) => {
       const key = keys[i] as string
+      if (run.algorithm === 'concurrency') return this.#releaseSlot(key, request.slot ?? '', now)
       const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
       if (given === undefined) return false
       if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
       else this.#write(key, given.state, now + given.ttlMs)
+      return true
+    })
+  }
+
+  #releaseSlot (key: string, slot: string, now: number): boolean {
+    const released = slotRelease(this.#read(key, now) as SlotState | undefined, slot)
+    if (!released.removed) return false
+    const entry = this.#entries.peek(key) as Entry
+    if (released.state === undefined) this.#entries.delete(key)
+    else this.#write(key, released.state, entry.expiresAt)
+    return true
+  }
+
+  async release (request: StoreRequest): Promise<void> {
+    this.releaseNow(request)
+  }
+
+  /** Releases the request's slot on each concurrency run (a refund of a slot run is its release, as in the script). */
+  releaseNow (request: StoreRequest, now: number = this.#clock()): boolean[] {
+    return request.runs.map((run, i) => isSlotRun(run) && this.#releaseSlot(request.keys[i] as string, request.slot ?? '', now))
+  }
+
+  async renew (request: StoreRequest): Promise<boolean[]> {
+    return this.renewNow(request)
+  }
+
+  renewNow (request: StoreRequest, now: number = this.#clock()): boolean[] {
+    return request.runs.map((run, i) => {
+      const key = request.keys[i] as string
+      const renewed = isSlotRun(run) ? slotRenew(this.#read(key, now) as SlotState | undefined, run.params, request.slot ?? '', now) : undefined
+      if (renewed === undefined) return false
+      this.#write(key, renewed.state, now + renewed.ttlMs)
       return true
     })
   }

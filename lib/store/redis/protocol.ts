@@ -1,6 +1,6 @@
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { penaltyKey, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+import { isSlotRun, penaltyKey, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -18,7 +18,9 @@ import { penaltyKey, type BlockRun, type DecideMode, type StoreRequest } from '.
  * The mode argument, by name:
  *
  *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms)
- *   the multi and batch scripts (per decision): charge '' · peek '1' · refund 'r<elapsed ms>'
+ *   the multi and batch scripts (per decision): charge '' · peek '1' · refund 'r<elapsed ms>' · renew 'n'
+ *
+ * A refund of a concurrency run releases its slot (scripts/concurrency.lua).
  */
 export const SCRIPT_MODE = {
   charge: '',
@@ -48,6 +50,11 @@ export interface EncodedCall extends StoreRequest {
   mode: string
   /** Integers in this call's reply: DECISION_STRIDE per block for a decision or peek, 1 per block for a refund. */
   replyLength: number
+  /**
+   * Safe to run twice and after its answer was given up (a slot release or
+   * renewal): never defused at a timeout, never framed with calls that are not.
+   */
+  idempotent?: boolean
 }
 
 /** The block keys, then one penalty key per block that has a penalty (see scripts/batch.lua). */
@@ -64,7 +71,17 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
 
 /** A decision or peek of every block of one request. */
 export function decideCall (request: StoreRequest, mode: DecideMode): EncodedCall {
-  return { runs: request.runs, costs: request.costs, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
+  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
+}
+
+/** Releases (ZREM) the request's slot on each of its concurrency runs: idempotent. */
+export function releaseCall (request: StoreRequest): EncodedCall {
+  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: request.keys, mode: multiRefundMode('0'), replyLength: request.runs.length, idempotent: true }
+}
+
+/** Renews the lease of the request's slot on each of its concurrency runs: idempotent. */
+export function renewCall (request: StoreRequest): EncodedCall {
+  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: request.keys, mode: 'n', replyLength: request.runs.length, idempotent: true }
 }
 
 /** A refund of every block's units, spent `elapsedMs` ago. */
@@ -96,7 +113,8 @@ class SpecTable {
 /**
  * The arguments after the SHA (or source) for one batch: key count, every
  * call's keys, now ('' = Redis TIME), the spec table, then per call `spec,
- * cost` (one charged block without a penalty) or `0, n, mode, n × (spec, cost)`.
+ * cost` (one charged block without a penalty or slots) or `0, n, mode, n × (spec,
+ * cost or slot id)`.
  */
 export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
   const keys: string[] = []
@@ -106,12 +124,17 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
     for (const key of call.keys) keys.push(key)
     const { runs, costs } = call
     const first = runs[0] as BlockRun
-    if (runs.length === 1 && call.mode === '' && first.penalty === undefined) {
+    // A slot is taken only after a dry pass admits: never the straight common case.
+    if (runs.length === 1 && call.mode === '' && first.penalty === undefined && !isSlotRun(first)) {
       decisions.push(specs.of(first), costs[0] as number)
       continue
     }
     decisions.push(0, runs.length, call.mode)
-    for (let i = 0; i < runs.length; i++) decisions.push(specs.of(runs[i] as BlockRun), costs[i] as number)
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      // A concurrency run's "cost" is the request's slot id, its sorted-set member.
+      decisions.push(specs.of(run), isSlotRun(run) ? call.slot ?? '' : costs[i] as number)
+    }
   }
   return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
 }

@@ -25,6 +25,8 @@ const SCRIPTS_DIR = new URL('../../../scripts/', import.meta.url)
 export interface ScriptSources {
   prelude: string
   algorithms: Record<AlgorithmName, string>
+  /** Concurrency slots (a block kind, numbered after the algorithms). */
+  concurrency: string
   multi: string
   penalty: string
   batch: string
@@ -41,7 +43,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -49,11 +51,13 @@ function algorithmLocal (local: string, name: AlgorithmName, chunk: string): str
   return `-- ${name}\nlocal ${local} = (function ()\n${chunk}end)()`
 }
 
-/** Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm numbers), and the table of them. */
+/** Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm numbers), then slots (CONCURRENCY_NUMBER), and the table of them. */
 function algorithmFunctions (sources: ScriptSources): string {
   const locals = ALGORITHMS.map((name, index) => algorithmLocal(`algorithm${index + 1}`, name, sources.algorithms[name]))
+  const slots = `-- concurrency\nlocal slots = (function ()\n${sources.concurrency}end)()`
   return `${locals.join('\n')}
-local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).join(', ')} }`
+${slots}
+local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).join(', ')}, slots }`
 }
 
 function header (what: string, sources: ScriptSources): string {

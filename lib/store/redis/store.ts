@@ -1,8 +1,9 @@
 import { performance } from 'node:perf_hooks'
+import { setTimeout as delay } from 'node:timers/promises'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
-import { decideCall, refundCall, toDecisions, toRefunds } from './protocol.js'
+import { decideCall, refundCall, releaseCall, renewCall, toDecisions, toRefunds } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/settle.js'
 import type { ClientPort, MasterPort } from './client/port.js'
@@ -18,6 +19,8 @@ import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreReque
 
 /** How long ready() waits for a connecting client and the script loads; a down Redis must not stall startup. */
 const WARM_UP_MS = 500
+/** A slot release is sent this many times at most before the lease is left to reclaim it. */
+const RELEASE_TRIES = 4
 
 export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
 
@@ -62,10 +65,13 @@ export class RedisStore implements Store {
   readonly #client: ClientPort
   readonly #script: LoadedScript
   readonly #dispatcher: Dispatcher
+  /** The pause before a release is tried again (× the try number). */
+  readonly #retryMs: number
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
+    this.#retryMs = Math.max(50, options.timeout)
     this.#script = buildBatchScript()
     this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
   }
@@ -97,6 +103,35 @@ export class RedisStore implements Store {
     return new Promise((resolve, reject) => {
       this.#dispatcher.enqueue({ ...refundCall(request, elapsedMs), resolve: (values) => { resolve(toRefunds(values)) }, reject })
     })
+  }
+
+  /** One idempotent call in this turn's batch (of idempotent calls only: never defused). */
+  #idempotent (call: ReturnType<typeof releaseCall>): Promise<boolean[]> {
+    return new Promise((resolve, reject) => {
+      this.#dispatcher.enqueue({ ...call, resolve: (values) => { resolve(toRefunds(values)) }, reject })
+    })
+  }
+
+  /**
+   * Gives the request's slots back (ZREM, idempotent): tried RELEASE_TRIES
+   * times, `timeout` × the try number apart, so a release lost to a timeout
+   * or a reconnect is sent again; when every try fails the lease reclaims the slot.
+   */
+  async release (request: StoreRequest): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.#idempotent(releaseCall(request))
+        return
+      } catch (error) {
+        if (attempt >= RELEASE_TRIES) throw error
+        await delay(this.#retryMs * attempt, undefined, { ref: false })
+      }
+    }
+  }
+
+  /** Extends the lease of the request's slots (the renewer batches every held slot in one turn). */
+  async renew (request: StoreRequest): Promise<boolean[]> {
+    return await this.#idempotent(renewCall(request))
   }
 
   async reset (keys: readonly string[]): Promise<void> {

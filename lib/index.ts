@@ -21,7 +21,7 @@ import {
 } from './policy/policy.js'
 import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from './policy/summary.js'
 import { limitNotFound } from './request/not-found.js'
-import { createRefundHook, createRouteHook } from './request/route-hook.js'
+import { createRouteHook } from './request/route-hook.js'
 import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './policy/routes.js'
 import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from './runtime.js'
 import type { RateLimitPluginOptions } from './types.js'
@@ -94,7 +94,7 @@ function appended<T> (existing: T | T[] | undefined, hook: T): T[] {
   return existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
 }
 
-/** Adds the decision hook at the policy's stage (after the route's own) and the refund hook. */
+/** Adds the decision hook at the policy's stage (after the route's own); it tracks the end of requests itself. */
 function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: PluginRuntime): void {
   const decide = createRouteHook(policy, runtime)
   const stage = policy.stage
@@ -102,7 +102,6 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
   const hook = stage === 'preParsing' ? async (request: FastifyRequest, reply: FastifyReply): Promise<void> => { await decide(request, reply) } : decide
   // After the route's own hooks of that stage, so an auth hook can set the user first.
   route[stage] = appended<unknown>(route[stage], hook) as never
-  if (policy.refunds) route.onResponse = appended<unknown>(route.onResponse, createRefundHook(policy, runtime)) as never
   if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never
 }
 

@@ -11,11 +11,17 @@
 --     s, cost          (s > 0) one block of spec s, charged, no penalty: the
 --                      common case; its one key is next in KEYS
 --     0, n, mode, then n pairs (spec, cost)
---                      any decision: mode '' = charge, '1' = peek, 'r<ms>' =
---                      refund (of a concurrency block: its slot released),
---                      'n' = renew slots; a concurrency block's cost is the
---                      request's slot id (concurrency.lua); its n block keys, then one penalty key per block
---                      whose spec has a penalty, are next in KEYS
+--                      any decision: mode '' = charge, '1' = peek (a
+--                      concurrency block's cost is the request's slot id,
+--                      concurrency.lua); its n block keys, then one penalty key per block whose spec has a
+--                      penalty, are next in KEYS
+--     -1, n, then n entries of ADJUST_STRIDE values (kind, spec, units, elapsed)
+--                      adjustments after a decision (Store.adjust): kind 'u' =
+--                      signed units on spec's block, spent `elapsed` ms ago
+--                      (< 0 give back: the algorithm's mode 2; > 0 charge, never
+--                      refused: its mode 3); kind 'x' = release the slot id
+--                      given as units (concurrency.lua's mode 2), 'n' = renew
+--                      it (mode 3); one key per entry is next in KEYS
 --
 -- The common case runs its algorithm straight: no table, no closure per
 -- decision. Several blocks go through decideAll (all-or-nothing). Each
@@ -26,8 +32,8 @@
 --
 -- Reply, per decision in order: 1 followed by its values (DECISION_STRIDE per
 -- block for a decision or a peek: allowed (0, 1, or 2 for a penalty),
--- remaining, resetMs, retryAfterMs, nextMs; 1 per block for a refund), or 0
--- followed by the error text.
+-- remaining, resetMs, retryAfterMs, nextMs; 1 per entry for adjustments: 1
+-- when it changed something, else 0), or 0 followed by the error text.
 local now = nowMs(ARGV[1])
 local specs = tonumber(ARGV[2])
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
@@ -114,6 +120,37 @@ local function decide (at, k, n, modeArg)
   return r, p
 end
 
+-- One adjustment entry on KEYS[k], its values at ARGV[b]: 1 when it changed something.
+local function adjustOne (k, b)
+  local kind, s = ARGV[b], tonumber(ARGV[b + 1])
+  -- a slot's release ('x') or renewal ('n'): the slot id in place of the units (concurrency.lua)
+  if kind == 'x' or kind == 'n' then
+    local mode = 2
+    if kind == 'n' then mode = 3 end
+    if sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], ARGV[b + 2], now, mode) == 1 then return 1 end
+    return 0
+  end
+  local units, elapsed = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  if kind ~= 'u' then error('unknown adjustment kind ' .. tostring(kind)) end
+  local mode = 3
+  if units < 0 then
+    mode = 2
+    units = -units
+  elseif units == 0 then
+    return 0
+  end
+  local changed = sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], units, now, mode, elapsed)
+  if changed == 1 then return 1 end
+  return 0
+end
+
+-- n adjustment entries from ARGV[at], keys from KEYS[k]: one integer each.
+local function adjustAll (at, k, n)
+  local r = {}
+  for i = 1, n do r[i] = adjustOne(k + i - 1, at + (i - 1) * ADJUST_STRIDE) end
+  return r
+end
+
 -- An error reply's text, whatever redis.call raised.
 local function errorText (e)
   if type(e) == 'table' and e.err ~= nil then return e.err end
@@ -138,6 +175,19 @@ while at <= last do
     end
     k = k + 1
     at = at + 2
+  elseif s < 0 then
+    local n = tonumber(ARGV[at + 1])
+    local ok, r = pcall(adjustAll, at + 2, k, n)
+    if ok then
+      out[o + 1] = 1
+      for i = 1, n do out[o + 1 + i] = r[i] end
+      o = o + 1 + n
+    else
+      out[o + 1], out[o + 2] = 0, errorText(r)
+      o = o + 2
+    end
+    k = k + n
+    at = at + 2 + n * ADJUST_STRIDE
   else
     local n = tonumber(ARGV[at + 1])
     local ok, r, nextKey = pcall(decide, at + 3, k, n, ARGV[at + 2])

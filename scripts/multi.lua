@@ -8,7 +8,7 @@
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
 --             cost, spent <ms> ago (returns one 1/0 per block: given back or not;
---             for a concurrency block: its slot released); 'n' = renew slots
+--             for a concurrency block, whose cost is the slot id: its slot released)
 --   then per block i, at 2 + (i - 1) * MULTI_STRIDE: algorithm number (1-based,
 --   ALGORITHMS order), limit, windowMs, burst, cost, shadow ('1' = decided and
 --   recorded, never blocks the request)
@@ -21,20 +21,18 @@
 -- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
 -- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
 
--- The mode argument as a number (0 charge, 1 peek, 2 refund, 3 renew) and a refund's elapsed ms.
--- A refund of a concurrency run releases its slot (concurrency.lua); renew is for slots alone.
+-- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's elapsed ms.
 local function modeOf (arg)
   if arg == '1' then return 1, 0 end
-  if arg == 'n' then return 3, 0 end
   if string.sub(arg, 1, 1) == 'r' then return 2, tonumber(string.sub(arg, 2)) end
   return 0, 0
 end
 
 -- n blocks, block i being fns[i] at limits[i], windows[i], bursts[i] with costs[i].
 local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
-  if mode >= 2 then
+  if mode == 2 then
     local given = {}
-    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, mode, elapsed) end
+    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, elapsed) end
     return given
   end
   local out = {}

@@ -320,7 +320,7 @@ test('property: the multi script decides like the memory store, and a refused st
       steps.forEach((step, s) => {
         const costs = step.costs.slice(0, blocks.length)
         if (step.refund) {
-          const given = model.refundNow({ runs, keys, costs }, step.dt, times[s] as number)
+          const given = model.adjustNow(runs.map((run, i) => ({ kind: 'units' as const, run, key: keys[i] as string, units: -(costs[i] as number), elapsedMs: step.dt })), times[s] as number)
           const row = out[s] as number[]
           const actual = given.map((_, i) => row[i] === 1)
           if (JSON.stringify(actual) !== JSON.stringify(given)) throw new Error(`step ${s} (refund): lua ${JSON.stringify(actual)} model ${JSON.stringify(given)}`)

@@ -1,9 +1,12 @@
 /**
- * refundOn: units spent by a request whose reply matches are given back in
- * onResponse, in one store call, once; for fixed-window, sliding-window,
+ * refundOn: units spent by a request whose reply matches are given back when
+ * the raw response closes (also on a client abort), in one store call, once; for fixed-window, sliding-window,
  * token-bucket and gcra (sliding-log refuses the option at startup). Held on
  * Redis and on the memory store, which must agree.
  */
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { PassThrough } from 'node:stream'
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, setupStoreApp } from './helpers/app.js'
@@ -85,3 +88,41 @@ test('a refused request is never refunded; sliding-log refuses refundOn at start
   t.teardown(() => other.close())
   t.throws(() => other.get('/l', { config: { rateLimit: { algorithm: 'sliding-log', limit: 1, window: '1m', refundOn: () => true } } }, async () => 'ok'), { code: 'FST_RRL_INVALID_BLOCK', message: /refundOn/ })
 })
+
+/** Polls until `done` holds (the store call after a close runs on its own schedule); fails after 5 s. */
+async function eventually (done: () => Promise<boolean>): Promise<boolean> {
+  const deadline = Date.now() + 5000
+  while (Date.now() < deadline) {
+    if (await done()) return true
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  return false
+}
+
+for (const store of ['redis', 'memory'] as const) {
+  test(`${store}: a client that aborts a streaming response is refunded once, when the socket closes`, async (t) => {
+    const { app } = await setup(t, store)
+    let streams = 0
+    app.get('/stream', { config: { rateLimit: { algorithm: 'fixed-window', limit: 3, window: '1m', refundOn: (reply) => !reply.raw.writableFinished } } }, async (req, reply) => {
+      streams++
+      const body = new PassThrough()
+      body.write('first chunk\n')
+      // never ends: the client goes away mid-response
+      req.raw.once('close', () => { body.destroy() })
+      return await reply.type('text/plain').send(body)
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    await new Promise<void>((resolve, reject) => {
+      const request = http.get({ port, host: '127.0.0.1', path: '/stream' }, (response) => {
+        response.once('data', () => { request.destroy(); resolve() })
+      })
+      request.on('error', () => {})
+      request.setTimeout(5000, () => { reject(new Error('no first chunk')) })
+    })
+    t.equal(streams, 1)
+    t.ok(await eventually(async () => app.rateLimit.stats().refunded === 1), 'the aborted request was refunded')
+    t.match(await app.rateLimit.peek('GET /stream', { ip: '127.0.0.1' }), { remaining: 3 }, 'its unit is back')
+    t.equal(app.rateLimit.stats().refunded, 1, 'once')
+  })
+}

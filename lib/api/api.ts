@@ -13,7 +13,6 @@ import type {
   RateLimitOverrideInput
 } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
-import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../store/algorithms.js'
 
 /*
  * fastify.rateLimit: list, peek, reset, consume and acquire, for tooling and for limits

@@ -8,16 +8,14 @@ import type { Overrides } from '../api/overrides.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
-import { recordCharge } from './refund-hook.js'
-import { holdUntilClose } from './slot-release.js'
-import { newSlotId } from '../decide/slots.js'
-
-export { createRefundHook } from './refund-hook.js'
+import { trackEnd } from './end-of-request.js'
+import { holdSlots, newSlotId } from '../decide/slots.js'
 
 /*
  * The Fastify side of a route's limit: what one request contributes
  * (inputs.ts), the decision (decide/), then headers and either continue or a
- * refusal; refund-hook.ts gives units back (refundOn).
+ * refusal; end-of-request.ts changes usage when the request ends (refundOn)
+ * and gives back its concurrency slots.
  */
 
 /** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
@@ -50,6 +48,20 @@ function decisionInput (policy: CompiledPolicy, request: FastifyRequest, runtime
 }
 
 /**
+ * An admitted request's end is tracked when the store charged it (its refunds
+ * and settles) or when it holds slots (a concurrency block; with onRedisError
+ * 'local', on this instance's limiter, whose decisions are never refunded to
+ * the store). Right after the decision: nothing may throw between taking a
+ * slot and arranging its release.
+ */
+function trackAdmitted (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, input: DecisionInput, evaluation: Evaluation, runtime: RouteRuntime): void {
+  const slots = policy.concurrency ? holdSlots(runtime, input, evaluation, request.log) : undefined
+  const charged = !evaluation.decision.degraded
+  if (!charged && slots === undefined) return
+  trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], at: runtime.clock(), slots }, runtime)
+}
+
+/**
  * The per-route hook, at the route's stage (policy.stage: the `hook` option,
  * at least preValidation when the identity needs the body). One store call
  * for every block (or none, from the deny cache), then headers and either
@@ -78,17 +90,14 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     if (input instanceof Promise) input = await input
     const evaluation = await evaluate(input, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision
-    if (policy.concurrency) holdUntilClose(request, reply, input, evaluation, runtime)
+    if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(request, reply, policy, input, evaluation, runtime)
     if (evaluation.decision.degraded) {
       // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
       if (!evaluation.rejected) return undefined
       return refuse(request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
     }
     writeHeaders(reply, input, evaluation)
-    if (!evaluation.rejected) {
-      if (policy.refunds) recordCharge(request, input, evaluation.decisions, runtime.clock())
-      return undefined
-    }
+    if (!evaluation.rejected) return undefined
     return refuse(request, reply, evaluation, 429)
   }
 }

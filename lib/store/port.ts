@@ -73,6 +73,48 @@ export function isSlotRun (run: BlockRun): boolean {
   return run.algorithm === 'concurrency'
 }
 
+/**
+ * A signed change of one block's usage, made after the decision that charged
+ * it. `units` < 0 gives back (never below zero, and only to the window the
+ * units were spent in while it is current: refundOn's rule); `units` > 0
+ * charges without deciding (never refused: usage may go over the limit, an
+ * overdraft the next decisions wait out), to the window it was spent in while
+ * that is current, else to the current one.
+ */
+export interface UnitsAdjustment {
+  kind: 'units'
+  run: BlockRun
+  key: string
+  /** A nonzero integer: positive charges, negative gives back. */
+  units: number
+  /** ms since the units were charged (0 outside a request), so the script finds the window they were spent in. */
+  elapsedMs: number
+}
+
+/**
+ * A concurrency slot's release (ZREM, idempotent) or renewal (its lease
+ * starts again from now, if it is still held): `slot` is the request's slot
+ * id, its sorted-set member (scripts/concurrency.lua).
+ */
+export interface SlotAdjustment {
+  kind: 'release' | 'renew'
+  run: BlockRun
+  key: string
+  slot: string
+}
+
+/**
+ * One entry of `Store.adjust`. A new kind joins
+ * this union, with its encoding in redis/protocol.ts (adjustCall), its branch
+ * in scripts/batch.lua (adjustOne) and in the memory store (adjustOne).
+ */
+export type Adjustment = UnitsAdjustment | SlotAdjustment
+
+/** Whether every entry is a slot's release or renewal (an idempotent call). */
+export function onlySlots (entries: readonly Adjustment[]): entries is readonly SlotAdjustment[] {
+  return entries.every((entry) => entry.kind !== 'units')
+}
+
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
@@ -84,19 +126,20 @@ export interface Store {
    */
   decide: (request: StoreRequest, mode: DecideMode) => Promise<RawDecision[]>
   /**
-   * Gives back `costs[i]` to each run's key, spent `elapsedMs` ago (refundOn).
-   * One atomic call; returns per run whether units were given back.
+   * Changes usage after the decisions that charged it (refundOn, settle,
+   * `fastify.rateLimit.adjust`): one store call for every entry, each entry
+   * atomic on its own. Every key of one call shares one hash slot (one
+   * request's, or one target and identity's, keys). Returns per entry whether
+   * it changed anything. Rejects on any failure, like `decide`.
    */
-  refund: (request: StoreRequest, elapsedMs: number) => Promise<boolean[]>
+  adjust: (entries: readonly Adjustment[]) => Promise<boolean[]>
   /**
-   * Gives back the slot `request.slot` holds on each (concurrency) run's key.
-   * Idempotent (a slot is removed at most once, whatever the retries); the
-   * Redis store retries it after a timeout. Rejects when every try failed:
-   * the lease reclaims the slot then.
+   * adjust() of slot entries alone: idempotent, so the Redis store sends it
+   * apart from other calls, never defuses it, and tries it again after a
+   * failure (RELEASE_TRIES in all). Rejects when every try failed: the lease
+   * reclaims the slots then.
    */
-  release: (request: StoreRequest) => Promise<void>
-  /** Extends the lease of the slot `request.slot` holds on each run's key; per run whether it was still held. */
-  renew: (request: StoreRequest) => Promise<boolean[]>
+  adjustSlots: (entries: readonly SlotAdjustment[]) => Promise<boolean[]>
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */

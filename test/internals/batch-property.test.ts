@@ -17,7 +17,7 @@ import { ALGORITHMS, type RawDecision } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
-import type { BlockRun, DecideMode } from '../../lib/store/port.js'
+import type { Adjustment, BlockRun, DecideMode } from '../../lib/store/port.js'
 import { TestClock, testRun } from '../helpers/app.js'
 import { createClient, getRedis, uniquePrefix } from '../helpers/redis.js'
 
@@ -44,6 +44,11 @@ const decision = fc.record({
   costs: fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 3, maxLength: 3 }),
   elapsed: fc.integer({ min: 0, max: 10_000 })
 })
+
+/** Every block's cost given back, spent `elapsedMs` ago (refundOn's entries). */
+function refunds (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Adjustment[] {
+  return runs.map((run, i) => ({ kind: 'units', run, key: keys[i] as string, units: -(costs[i] as number), elapsedMs }))
+}
 
 const scenario = fc.record({
   blocks: fc.array(block, { minLength: 1, maxLength: 3 }),
@@ -83,7 +88,7 @@ test('property: the batch script decides like the memory store, penalties includ
         const pending = step.decisions.map(async (d) => {
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
-          if (d.kind === 'refund') return await redisStore.refund({ runs, keys, costs }, d.elapsed)
+          if (d.kind === 'refund') return await redisStore.adjust(refunds(runs, keys, costs, d.elapsed))
           return await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
         })
         const actual = await Promise.all(pending)
@@ -92,7 +97,7 @@ test('property: the batch script decides like the memory store, penalties includ
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
           const expected = d.kind === 'refund'
-            ? model.refundNow({ runs, keys, costs }, d.elapsed)
+            ? model.adjustNow(refunds(runs, keys, costs, d.elapsed))
             : model.decideNow({ runs, keys, costs }, d.kind as DecideMode)
           const got = actual[j]
           const normal = (list: unknown): unknown => Array.isArray(list) ? list.map((x) => typeof x === 'object' && x !== null ? { ...(x as RawDecision), penalized: (x as RawDecision).penalized === true } : x) : list

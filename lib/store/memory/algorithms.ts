@@ -33,6 +33,11 @@ export interface MemoryAlgorithm<S = unknown> {
    * `state: undefined` with `given`: the state may be dropped.
    */
   refund?: (state: S | undefined, params: BlockParams, cost: number, now: number, elapsedMs: number) => { state: S | undefined, ttlMs: number } | undefined
+  /**
+   * Charges `cost` units without deciding (settle, adjust), as the Lua
+   * script's mode 3 does: never refused, usage may go over the limit.
+   */
+  charge?: (state: S | undefined, params: BlockParams, cost: number, now: number, elapsedMs: number) => { state: S | undefined, ttlMs: number } | undefined
 }
 
 /** fixed-window state: window index (floor(now / W)) and units consumed in it. Lua: "idx:count". */

@@ -1,6 +1,6 @@
 import type { RawDecision } from '../algorithms.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { isSlotRun, penaltyKey, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Penalty, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
 
@@ -77,7 +77,7 @@ export class MemoryStore implements Store {
 
   /** The model's synchronous entry (property tests drive it with their own `now`). */
   decideNow (request: StoreRequest, mode: DecideMode, now: number = this.#clock()): RawDecision[] {
-    const { runs, keys, costs } = request
+    const { runs, keys } = request
     const dry = mode === 'peek'
     const blocked = this.#penalized(runs, keys, now)
     if (blocked !== undefined) {
@@ -160,53 +160,50 @@ export class MemoryStore implements Store {
     return started
   }
 
-  async refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
-    return this.refundNow(request, elapsedMs)
+  async adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
+    return this.adjustNow(entries)
   }
 
-  refundNow (request: StoreRequest, elapsedMs: number, now: number = this.#clock()): boolean[] {
-    const { keys, costs } = request
-    return request.runs.map((run, i) => {
-      const key = keys[i] as string
-      if (run.algorithm === 'concurrency') return this.#releaseSlot(key, request.slot ?? '', now)
-      const given = memoryAlgorithms[run.algorithm].refund?.(this.#read(key, now), run.params, costs[i] as number, now, Math.max(0, Math.round(elapsedMs)))
-      if (given === undefined) return false
-      if (given.state === undefined || given.ttlMs <= 0) this.#entries.delete(key)
-      else this.#write(key, given.state, now + given.ttlMs)
-      return true
-    })
+  /** The model of the batch script's adjustment call (adjustOne there): per entry whether it changed something. */
+  adjustNow (entries: readonly Adjustment[], now: number = this.#clock()): boolean[] {
+    return entries.map((entry) => this.#adjustOne(entry, now))
   }
 
-  #releaseSlot (key: string, slot: string, now: number): boolean {
-    const released = slotRelease(this.#read(key, now) as SlotState | undefined, slot)
-    if (!released.removed) return false
-    const entry = this.#entries.peek(key) as Entry
-    if (released.state === undefined) this.#entries.delete(key)
-    else this.#write(key, released.state, entry.expiresAt)
+  #adjustOne (entry: Adjustment, now: number): boolean {
+    if (entry.kind !== 'units') return this.#adjustSlot(entry, now)
+    const { run, key, units, elapsedMs } = entry
+    if (run.algorithm === 'concurrency') return false
+    const algorithm = memoryAlgorithms[run.algorithm]
+    const elapsed = Math.max(0, Math.round(elapsedMs))
+    const state = this.#read(key, now)
+    const changed = units < 0
+      ? algorithm.refund?.(state, run.params, -units, now, elapsed)
+      : units > 0 ? algorithm.charge?.(state, run.params, units, now, elapsed) : undefined
+    if (changed === undefined) return false
+    if (changed.state === undefined || changed.ttlMs <= 0) this.#entries.delete(key)
+    else this.#write(key, changed.state, now + changed.ttlMs)
     return true
   }
 
-  async release (request: StoreRequest): Promise<void> {
-    this.releaseNow(request)
-  }
-
-  /** Releases the request's slot on each concurrency run (a refund of a slot run is its release, as in the script). */
-  releaseNow (request: StoreRequest, now: number = this.#clock()): boolean[] {
-    return request.runs.map((run, i) => isSlotRun(run) && this.#releaseSlot(request.keys[i] as string, request.slot ?? '', now))
-  }
-
-  async renew (request: StoreRequest): Promise<boolean[]> {
-    return this.renewNow(request)
-  }
-
-  renewNow (request: StoreRequest, now: number = this.#clock()): boolean[] {
-    return request.runs.map((run, i) => {
-      const key = request.keys[i] as string
-      const renewed = isSlotRun(run) ? slotRenew(this.#read(key, now) as SlotState | undefined, run.params, request.slot ?? '', now) : undefined
+  /** A slot's release or renewal, as scripts/concurrency.lua's modes 2 and 3. */
+  #adjustSlot ({ kind, run, key, slot }: SlotAdjustment, now: number): boolean {
+    const state = this.#read(key, now) as SlotState | undefined
+    if (kind === 'renew') {
+      const renewed = slotRenew(state, run.params, slot, now)
       if (renewed === undefined) return false
       this.#write(key, renewed.state, now + renewed.ttlMs)
       return true
-    })
+    }
+    const released = slotRelease(state, slot)
+    if (!released.removed) return false
+    const expiresAt = (this.#entries.peek(key) as Entry).expiresAt
+    if (released.state === undefined) this.#entries.delete(key)
+    else this.#write(key, released.state, expiresAt)
+    return true
+  }
+
+  async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
+    return this.adjustNow(entries)
   }
 
   async reset (keys: readonly string[]): Promise<void> {

@@ -43,10 +43,15 @@ import { bySlot } from './slots.js'
  * also reloads the script cache.
  */
 
-/** One decision (or peek, or refund) waiting for its batch: its call as protocol.ts encodes it. */
-export interface BatchJob extends EncodedCall {
+/** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
+export type BatchJob = EncodedCall & {
   resolve: (values: number[]) => void
   reject: (error: unknown) => void
+}
+
+/** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
+function isIdempotent (job: BatchJob): boolean {
+  return job.kind === 'adjust' && job.idempotent
 }
 
 export interface DispatchOptions {
@@ -144,9 +149,9 @@ export class Dispatcher {
       return
     }
     // Idempotent calls (slot releases, renewals) travel apart: they are never defused at a timeout.
-    if (jobs.some((job) => job.idempotent === true)) {
-      this.#sendGroups(jobs.filter((job) => job.idempotent !== true))
-      this.#sendGroups(jobs.filter((job) => job.idempotent === true))
+    if (jobs.some(isIdempotent)) {
+      this.#sendGroups(jobs.filter((job) => !isIdempotent(job)))
+      this.#sendGroups(jobs.filter(isIdempotent))
       return
     }
     this.#sendGroups(jobs)
@@ -202,7 +207,7 @@ export class Dispatcher {
       first,
       current: first,
       op: 'evalsha',
-      idempotent: jobs.every((job) => job.idempotent === true),
+      idempotent: jobs.every(isIdempotent),
       settled: false,
       timedOut: false,
       progress: this.#progressOf(first.node),

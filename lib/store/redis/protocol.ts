@@ -1,10 +1,10 @@
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { isSlotRun, penaltyKey, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
- * refund sends (keys and its ARGV segment), how the calls of one batch are
+ * adjustment sends (keys and its ARGV segment), how the calls of one batch are
  * framed into one EVALSHA, and how its reply is split and read. The Lua side
  * is scripts/batch.lua (layout in its header comment).
  *
@@ -18,20 +18,14 @@ import { isSlotRun, penaltyKey, type BlockRun, type DecideMode, type StoreReques
  * The mode argument, by name:
  *
  *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms)
- *   the multi and batch scripts (per decision): charge '' · peek '1' · refund 'r<elapsed ms>' · renew 'n'
- *
- * A refund of a concurrency run releases its slot (scripts/concurrency.lua).
+ *   the multi script:                          charge '' · peek '1' · refund 'r<elapsed ms>'
+ *   the batch script (per decision):           charge '' · peek '1'; adjustments are their own call (adjustCall)
  */
 export const SCRIPT_MODE = {
   charge: '',
   peek: '1',
   refund: '2'
 } as const
-
-/** The multi and batch scripts' refund mode: `r` and the milliseconds since the units were spent. */
-export function multiRefundMode (elapsed: string): string {
-  return 'r' + elapsed
-}
 
 /** Values per block in the multi script's ARGV (after the two leading ones). */
 export const MULTI_STRIDE = 6
@@ -42,20 +36,36 @@ export const SPEC_STRIDE = 6
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
 
-/** One decision, peek or refund as the batch script takes it (its ARGV is framed per batch). */
-export interface EncodedCall extends StoreRequest {
+/** Values per entry of an adjustment call: kind, spec, units, elapsed ms. */
+export const ADJUST_STRIDE = 4
+
+/** A decision or peek as the batch script takes it (its ARGV is framed per batch). */
+export interface DecisionCall extends StoreRequest {
+  kind: 'decide'
   /** The block keys, then the penalty keys (see keysWithPenalties). */
   keys: readonly string[]
-  /** The decision's mode argument: '' charge, '1' peek, 'r<ms>' refund. */
+  /** The decision's mode argument: '' charge, '1' peek. */
   mode: string
-  /** Integers in this call's reply: DECISION_STRIDE per block for a decision or peek, 1 per block for a refund. */
+  /** Integers in this call's reply: DECISION_STRIDE per block. */
+  replyLength: number
+}
+
+/** Adjustments (Store.adjust) as the batch script takes them: one key per entry, one integer per entry in the reply. */
+export interface AdjustCall {
+  kind: 'adjust'
+  entries: readonly Adjustment[]
+  keys: readonly string[]
   replyLength: number
   /**
-   * Safe to run twice and after its answer was given up (a slot release or
-   * renewal): never defused at a timeout, never framed with calls that are not.
+   * Only slot releases and renewals (a ZREM, a ZADD of a live member): safe
+   * to run twice and after its answer was given up, so never defused at a
+   * timeout and never framed with calls that are not (dispatcher.ts).
    */
-  idempotent?: boolean
+  idempotent: boolean
 }
+
+/** One call of a batch: a decision (or peek), or a list of adjustments. */
+export type EncodedCall = DecisionCall | AdjustCall
 
 /** The block keys, then one penalty key per block that has a penalty (see scripts/batch.lua). */
 export function keysWithPenalties (request: StoreRequest): readonly string[] {
@@ -70,24 +80,13 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
 }
 
 /** A decision or peek of every block of one request. */
-export function decideCall (request: StoreRequest, mode: DecideMode): EncodedCall {
-  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
+export function decideCall (request: StoreRequest, mode: DecideMode): DecisionCall {
+  return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
 }
 
-/** Releases (ZREM) the request's slot on each of its concurrency runs: idempotent. */
-export function releaseCall (request: StoreRequest): EncodedCall {
-  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: request.keys, mode: multiRefundMode('0'), replyLength: request.runs.length, idempotent: true }
-}
-
-/** Renews the lease of the request's slot on each of its concurrency runs: idempotent. */
-export function renewCall (request: StoreRequest): EncodedCall {
-  return { runs: request.runs, costs: request.costs, slot: request.slot, keys: request.keys, mode: 'n', replyLength: request.runs.length, idempotent: true }
-}
-
-/** A refund of every block's units, spent `elapsedMs` ago. */
-export function refundCall (request: StoreRequest, elapsedMs: number): EncodedCall {
-  const mode = multiRefundMode(String(Math.max(0, Math.round(elapsedMs))))
-  return { runs: request.runs, costs: request.costs, keys: keysWithPenalties(request), mode, replyLength: request.runs.length }
+/** Store.adjust's entries, in one call (every key in one slot). */
+export function adjustCall (entries: readonly Adjustment[]): AdjustCall {
+  return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), replyLength: entries.length, idempotent: onlySlots(entries) }
 }
 
 /** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values appended once. */
@@ -110,11 +109,22 @@ class SpecTable {
   }
 }
 
+/** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, elapsed ms). */
+function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | number>): void {
+  out.push(-1, call.entries.length)
+  for (const entry of call.entries) {
+    // A slot's release ('x') or renewal ('n') carries the slot id where units go.
+    if (entry.kind === 'units') out.push('u', specs.of(entry.run), entry.units, Math.max(0, Math.round(entry.elapsedMs)))
+    else out.push(entry.kind === 'release' ? 'x' : 'n', specs.of(entry.run), entry.slot, 0)
+  }
+}
+
 /**
  * The arguments after the SHA (or source) for one batch: key count, every
  * call's keys, now ('' = Redis TIME), the spec table, then per call `spec,
- * cost` (one charged block without a penalty or slots) or `0, n, mode, n × (spec,
- * cost or slot id)`.
+ * cost` (one charged block without a penalty), `0, n, mode, n × (spec, cost)`
+ * (any decision; a concurrency block's cost is the slot id) or `-1, n, n × (kind,
+ * spec, units, elapsed)` (adjustments; a slot's release or renewal has the slot id for units).
  */
 export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
   const keys: string[] = []
@@ -122,6 +132,10 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
   const decisions: Array<string | number> = []
   for (const call of calls) {
     for (const key of call.keys) keys.push(key)
+    if (call.kind === 'adjust') {
+      frameAdjust(call, specs, decisions)
+      continue
+    }
     const { runs, costs } = call
     const first = runs[0] as BlockRun
     // A slot is taken only after a dry pass admits: never the straight common case.
@@ -177,7 +191,7 @@ export function toDecisions (values: readonly number[]): RawDecision[] {
   return out
 }
 
-/** A refund's reply: per block 1 when units were given back. */
-export function toRefunds (values: readonly number[]): boolean[] {
-  return values.map((given) => given === 1)
+/** An adjustment call's reply: per entry 1 when it changed something. */
+export function toAdjusted (values: readonly number[]): boolean[] {
+  return values.map((changed) => changed === 1)
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
+import { ADJUST_STRIDE, DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -63,7 +63,7 @@ local algorithms = { ${ALGORITHMS.map((_, index) => `algorithm${index + 1}`).joi
 function header (what: string, sources: ScriptSources): string {
   return `#!lua
 -- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}
+local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}
 ${sources.prelude}`
 }
 

@@ -3,14 +3,14 @@ import { setTimeout as delay } from 'node:timers/promises'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
-import { decideCall, refundCall, releaseCall, renewCall, toDecisions, toRefunds } from './protocol.js'
+import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/settle.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
- * The Redis store: every decision, peek and refund goes through the
+ * The Redis store: every decision, peek and adjustment goes through the
  * dispatcher (dispatcher.ts), which sends the decisions of one
  * event-loop turn as one call of the batch script, bounded by `timeout`
  * (measured on Redis, not on Node's own lag). A client that is not ready is
@@ -19,7 +19,7 @@ import { penaltyKey, type DebugLog, type DecideMode, type Store, type StoreReque
 
 /** How long ready() waits for a connecting client and the script loads; a down Redis must not stall startup. */
 const WARM_UP_MS = 500
-/** A slot release is sent this many times at most before the lease is left to reclaim it. */
+/** A call of slot releases is sent this many times at most before the lease is left to reclaim them. */
 const RELEASE_TRIES = 4
 
 export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
@@ -65,7 +65,7 @@ export class RedisStore implements Store {
   readonly #client: ClientPort
   readonly #script: LoadedScript
   readonly #dispatcher: Dispatcher
-  /** The pause before a release is tried again (× the try number). */
+  /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
@@ -98,40 +98,28 @@ export class RedisStore implements Store {
     })
   }
 
-  /** refundOn: gives back every block's units, spent `elapsedMs` ago, in this turn's batch. */
-  refund (request: StoreRequest, elapsedMs: number): Promise<boolean[]> {
+  /** Usage changed after the decision (refundOn, settle, adjust), in this turn's batch. */
+  adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ ...refundCall(request, elapsedMs), resolve: (values) => { resolve(toRefunds(values)) }, reject })
-    })
-  }
-
-  /** One idempotent call in this turn's batch (of idempotent calls only: never defused). */
-  #idempotent (call: ReturnType<typeof releaseCall>): Promise<boolean[]> {
-    return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ ...call, resolve: (values) => { resolve(toRefunds(values)) }, reject })
+      this.#dispatcher.enqueue({ ...adjustCall(entries), resolve: (values) => { resolve(toAdjusted(values)) }, reject })
     })
   }
 
   /**
-   * Gives the request's slots back (ZREM, idempotent): tried RELEASE_TRIES
-   * times, `timeout` × the try number apart, so a release lost to a timeout
-   * or a reconnect is sent again; when every try fails the lease reclaims the slot.
+   * Slot releases and renewals alone: tried RELEASE_TRIES times, `timeout` ×
+   * the try number apart, so a release lost to a timeout or a reconnect is
+   * sent again (idempotent: never defused, see dispatcher.ts); when every try
+   * fails the lease reclaims the slots.
    */
-  async release (request: StoreRequest): Promise<void> {
+  async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.#idempotent(releaseCall(request))
-        return
+        return await this.adjust(entries)
       } catch (error) {
         if (attempt >= RELEASE_TRIES) throw error
         await delay(this.#retryMs * attempt, undefined, { ref: false })
       }
     }
-  }
-
-  /** Extends the lease of the request's slots (the renewer batches every held slot in one turn). */
-  async renew (request: StoreRequest): Promise<boolean[]> {
-    return await this.#idempotent(renewCall(request))
   }
 
   async reset (keys: readonly string[]): Promise<void> {

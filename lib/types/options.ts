@@ -133,6 +133,12 @@ export interface RateLimitPluginOptions {
    */
   clock?: () => number
   /**
+   * How long a concurrency slot lasts without a renewal: each instance renews
+   * the slots it holds every lease / 3, so a crashed instance's slots free
+   * after at most this. Milliseconds or a duration string, 1 s to 1 day; default `'60s'`.
+   */
+  lease?: number | string
+  /**
    * The route config key this plugin reads (`config[configKey]`), and the name
    * of its instance decorator (`fastify[configKey]`); default `'rateLimit'`.
    * Another name lets it run beside `@fastify/rate-limit`, which reads

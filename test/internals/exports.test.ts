@@ -55,6 +55,7 @@ const ERROR_EXPORTS = [
 /** Exported names that are types only (no value at run time). */
 const TYPE_EXPORTS = [
   'AlgorithmName',
+  'AnyRateLimitBlock',
   'DecisionMessage',
   'FailurePolicy',
   'HeaderMode',
@@ -64,6 +65,7 @@ const TYPE_EXPORTS = [
   'PolicySummary',
   'RateLimitApi',
   'RateLimitBlock',
+  'RateLimitConcurrencyBlock',
   'RateLimitDecision',
   'RateLimitHook',
   'RateLimitIdentity',
@@ -75,6 +77,7 @@ const TYPE_EXPORTS = [
   'RateLimitPolicyDecision',
   'RateLimitRefusal',
   'RateLimitReply',
+  'RateLimitSlot',
   'RateLimitStats',
   'RedisClientLike',
   'ReplyBuilder',

@@ -13,6 +13,7 @@ import rateLimit, {
   fastifyRedisRateLimit,
   METRICS,
   type AlgorithmName,
+  type AnyRateLimitBlock,
   type DecisionMessage,
   type FailurePolicy,
   type HeaderMode,
@@ -23,6 +24,7 @@ import rateLimit, {
   type RateLimitApi,
   type RateLimitOverride,
   type RateLimitBlock,
+  type RateLimitConcurrencyBlock,
   type RateLimitDecision,
   type RateLimitHook,
   type RateLimitIdentity,
@@ -30,6 +32,7 @@ import rateLimit, {
   type RateLimitPluginOptions,
   type RedisClientLike,
   type RateLimitPolicyDecision,
+  type RateLimitSlot,
   type RateLimitStats,
   type RouteRateLimit,
   type StoreErrorMessage,
@@ -87,7 +90,7 @@ describe('the plugin', () => {
   })
 
   test('defaultLimit: a block or an array of blocks', () => {
-    expect<RateLimitPluginOptions['defaultLimit']>().type.toBe<RateLimitBlock | RateLimitBlock[] | undefined>()
+    expect<RateLimitPluginOptions['defaultLimit']>().type.toBe<AnyRateLimitBlock | AnyRateLimitBlock[] | undefined>()
     expect(app.register(rateLimit, { defaultLimit: [{ limit: 10, window: '1s' }, { limit: 1000, window: '1h', algorithm: 'fixed-window' }] })).type.not.toRaiseError()
     expect(app.register(rateLimit, { defaultLimit: false })).type.toRaiseError()
   })
@@ -194,7 +197,8 @@ describe('route config: config.rateLimit', () => {
   })
 
   test('RouteRateLimit is what the key accepts, for a configKey of your own', () => {
-    expect<RouteRateLimit>().type.toBe<RateLimitBlock | RateLimitBlock[] | false>()
+    expect<RouteRateLimit>().type.toBe<AnyRateLimitBlock | AnyRateLimitBlock[] | false>()
+    expect<AnyRateLimitBlock>().type.toBe<RateLimitBlock | RateLimitConcurrencyBlock>()
     expect<RouteRateLimit>().type.toBeAssignableFrom<false>()
     expect<RouteRateLimit>().type.not.toBeAssignableFrom<true>()
   })
@@ -228,6 +232,19 @@ describe('decorations', () => {
     expect(app.rateLimit.clearOverride('id', { actor: 'ops', reason: 'over' })).type.toBe<Promise<boolean>>()
     expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
   })
+
+  test('concurrency blocks and acquire()', async () => {
+    expect(app.get('/export', { config: { rateLimit: { concurrency: 2, by: 'user' } } }, async () => 'ok')).type.not.toRaiseError()
+    expect(app.get('/llm', { config: { rateLimit: [{ concurrency: { default: 2, pro: 10 } }, { limit: 100, window: '1m' }] } }, async () => 'ok')).type.not.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { concurrency: 2, cost: 2 } } }, async () => 'ok')).type.toRaiseError()
+    expect(app.get('/y', { config: { rateLimit: { concurrency: 2, window: '1m' } } }, async () => 'ok')).type.toRaiseError()
+    expect(app.register(rateLimit, { lease: '30s', globalLimits: [{ concurrency: 20, by: 'ip' }] })).type.not.toRaiseError()
+    const slot = await app.rateLimit.acquire('exports', { user: 'alice' })
+    expect(slot).type.toBe<RateLimitSlot>()
+    expect(slot.release).type.toBe<() => void>()
+    expect(slot.allowed).type.toBe<boolean>()
+    expect(app.rateLimit.acquire).type.not.toBeCallableWith('exports', { user: 1 })
+  })
 })
 
 describe('every exported type', () => {
@@ -251,7 +268,7 @@ describe('every exported type', () => {
     expect<Pick<RateLimitBlock, 'limit' | 'window'>>().type.toBe<{ limit: TieredCount, window: number | string }>()
     expect<RateLimitDecision['tier']>().type.toBe<string | undefined>()
     expect<RateLimitPolicyDecision['shadow']>().type.toBe<boolean>()
-    expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName>()
+    expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName | 'concurrency'>()
     expect<PolicyBlockSummary['tiers']>().type.toBe<Record<string, { limit: number, burst: number }> | undefined>()
     expect<PolicySummary['limit']>().type.toBe<false | PolicyBlockSummary>()
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()

@@ -9,7 +9,7 @@
 --                    `limit` live slots are held; writes nothing
 --   mode 0 (take)    removes expired members, adds the member (run only after
 --                    a dry pass admitted), keeps the key alive for the lease
---   mode 2 (release) ZREM: idempotent, answers 1 when a slot was removed
+--   mode 2 (release) ZREM: idempotent, answers 1 when a live slot was removed
 --   mode 3 (renew)   a live slot's lease starts again from now; an expired or
 --                    released one is never brought back (answers 0)
 --
@@ -23,8 +23,12 @@ local function keep (key, lease)
 end
 
 return function (key, limit, lease, _, member, now, mode)
-  if mode == 2 then return redis.call('ZREM', key, member) end
   local held = tonumber(redis.call('ZSCORE', key, member) or '0')
+  if mode == 2 then
+    redis.call('ZREM', key, member)
+    if held > now then return 1 end
+    return 0
+  end
   if mode == 3 then
     if held <= now then return 0 end
     redis.call('ZADD', key, now + lease, member)

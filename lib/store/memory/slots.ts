@@ -36,12 +36,13 @@ export function slotStep (state: SlotState | undefined, params: BlockParams, slo
   return { decision, state: next, ttlMs: lastExpiry(next) - now }
 }
 
-/** Release: the state without this slot (undefined: drop the key), or undefined changes when it held none. */
-export function slotRelease (state: SlotState | undefined, slot: string): { state: SlotState | undefined, removed: boolean } {
-  if (state?.has(slot) !== true) return { state, removed: false }
+/** Release: the state without this slot (undefined: drop the key); `removed` when it was a live one. */
+export function slotRelease (state: SlotState | undefined, slot: string, now: number): { state: SlotState | undefined, removed: boolean } {
+  const expiry = state?.get(slot)
+  if (state === undefined || expiry === undefined) return { state, removed: false }
   const next = new Map(state)
   next.delete(slot)
-  return { state: next.size === 0 ? undefined : next, removed: true }
+  return { state: next.size === 0 ? undefined : next, removed: expiry > now }
 }
 
 /** Renew: a live slot's lease starts again from now; an expired or released one is not brought back. */

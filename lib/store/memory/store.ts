@@ -194,12 +194,13 @@ export class MemoryStore implements Store {
       this.#write(key, renewed.state, now + renewed.ttlMs)
       return true
     }
-    const released = slotRelease(state, slot)
-    if (!released.removed) return false
-    const expiresAt = (this.#entries.peek(key) as Entry).expiresAt
-    if (released.state === undefined) this.#entries.delete(key)
-    else this.#write(key, released.state, expiresAt)
-    return true
+    const released = slotRelease(state, slot, now)
+    if (released.state !== state) {
+      const expiresAt = (this.#entries.peek(key) as Entry).expiresAt
+      if (released.state === undefined) this.#entries.delete(key)
+      else this.#write(key, released.state, expiresAt)
+    }
+    return released.removed
   }
 
   async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {

@@ -149,9 +149,10 @@ export class Dispatcher {
       return
     }
     // Idempotent calls (slot releases, renewals) travel apart: they are never defused at a timeout.
+    // They go first, so a slot released in this turn is free for the decisions of the same turn.
     if (jobs.some(isIdempotent)) {
-      this.#sendGroups(jobs.filter((job) => !isIdempotent(job)))
       this.#sendGroups(jobs.filter(isIdempotent))
+      this.#sendGroups(jobs.filter((job) => !isIdempotent(job)))
       return
     }
     this.#sendGroups(jobs)

@@ -19,6 +19,8 @@
  *   curl -i 'http://127.0.0.1:3000/admin/peek?user=alice'        fastify.rateLimit.peek(): no charge
  *   curl -i -X POST 'http://127.0.0.1:3000/admin/reset?user=alice'
  *   curl -i http://127.0.0.1:3000/exports?fail=1                 refundOn: a 500 gives its 5 units back
+ *   curl -i 'http://127.0.0.1:3000/complete?max_tokens=2000&used=4900' -H 'x-api-key: demo-key-2'
+ *                                                               settle: reserves 2000 tokens, charges the 4900 used when the response closes
  *   (login 8 times with the same username)                      penalty: the 3rd refusal locks it out for 1 h (Retry-After: 3600)
  *   curl -i -X POST 'http://127.0.0.1:3000/admin/override?user=alice&limit=500&ttl=600000&reason=INC-42' -H 'x-admin: ops-alice'
  *                                                               runtime override: alice gets 500/min on /orders for 10 min, fleet-wide
@@ -151,6 +153,27 @@ app.get('/exports', {
 }, async (req, reply) => {
   if ((req.query as { fail?: string }).fail === '1') return await reply.code(500).send({ error: 'export failed; your quota was not charged' })
   return { queued: true, remaining: req.rateLimit?.remaining }
+})
+
+// Completions: an LLM token budget per API key (20,000 an hour, 5,000 at once), charged by what each
+// completion really used. The request reserves its max_tokens (cost); when the response closes (also
+// when the client aborts a stream) settle charges or gives back the difference. A completion may end
+// over the budget (an overdraft): the caller's next ones wait, Retry-After saying how long.
+const TOKEN_BURST = 5000
+const completionTokens = new WeakMap<FastifyRequest, number>()
+const tokenQuery = (req: FastifyRequest, name: 'max_tokens' | 'used', fallback: number, max: number): number => {
+  const value = Number((req.query as Record<string, string | undefined>)[name] ?? fallback)
+  return Number.isInteger(value) ? Math.min(Math.max(value, name === 'used' ? 0 : 1), max) : fallback
+}
+const maxTokens = (req: FastifyRequest): number => tokenQuery(req, 'max_tokens', 500, 2000)
+const settleTokens = (req: FastifyRequest): number => completionTokens.get(req) ?? 0
+app.get('/complete', {
+  config: { rateLimit: { algorithm: 'token-bucket', limit: 20_000, window: '1h', burst: TOKEN_BURST, by: 'api-key', name: 'tokens', cost: maxTokens, settle: settleTokens } }
+}, async (req) => {
+  // A stand-in for the model: `used` says how many tokens this completion took (default: half the reservation).
+  const used = tokenQuery(req, 'used', Math.ceil(maxTokens(req) / 2), TOKEN_BURST)
+  completionTokens.set(req, used)
+  return { text: 'lorem ipsum', reserved: maxTokens(req), used, remainingBeforeSettle: req.rateLimit?.remaining }
 })
 
 // Reports: a burst limit and an hourly quota, decided together: a refused request charges neither.

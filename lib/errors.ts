@@ -145,7 +145,7 @@ export const FST_RRL_INVALID_API_CALL = createError(
 /** A skip predicate (`allowList` function or a block's `skip`) failed: logged once per burst, the request is limited as usual. */
 export const FST_RRL_SKIP_FAILED = createError(
   'FST_RRL_SKIP_FAILED',
-  '%s for route %s threw, rejected, returned a non-boolean or did not settle in time; the request is limited as usual',
+  '%s for route %s threw, rejected, returned a non-boolean or did not answer in time; the request is limited as usual',
   500
 )
 

@@ -63,7 +63,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     redirectGuard: redirectGuard(options.headers),
     allowList: options.allowList,
     refuse,
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, penalized: 0, skipped: 0 },
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.

@@ -2,7 +2,9 @@
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
---   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
+--   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
+--   refused; usage is kept up to one capacity over the limit, an overdraft the next
+--   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- State: one string "idx:count" (window index, units consumed in that window).
 -- A stored index other than the current one counts as zero, so a stale key
 -- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
@@ -27,6 +29,13 @@ return function (key, limit, w, _, cost, now, mode, elapsed)
     if count == 0 or idiv(now - elapsed, w) ~= idx then return 0 end
     count = count - cost
     if count < 0 then count = 0 end
+    redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+    return 1
+  end
+  if mode == 3 then
+    -- a charge goes to the current window (the one it was spent in, while that is current)
+    count = count + cost
+    if count > 2 * limit then count = 2 * limit end
     redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
     return 1
   end

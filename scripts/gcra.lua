@@ -3,17 +3,26 @@
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
---   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
+--   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
+--   refused; usage is kept up to one capacity over the limit, an overdraft the next
+--   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- Exact integer arithmetic in units of 1/limit ms, relative to now: I = W units and
--- the tolerance window is burst * W units (<= 8.64e15 < 2^53).
+-- the tolerance window is burst * W units; after an overdraft (mode 3) the debt
+-- reaches up to twice the tolerance, so 2 * burst * W stays below 2^53.
 -- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
+-- whole units left under the tolerance: 0 while the debt is beyond it (an overdraft)
+local function left (debt, cap, w)
+  if debt >= cap then return 0 end
+  return idiv(cap - debt, w)
+end
+
 -- ms until the debt d leaves room for one more whole unit; 0 = no debt (full)
 local function nextMs (debt, cap, limit, w)
   if debt <= 0 then return 0 end
-  return cdiv(debt - (cap - (idiv(cap - debt, w) + 1) * w), limit)
+  return cdiv(debt - (cap - (left(debt, cap, w) + 1) * w), limit)
 end
 
 return function (key, limit, w, burst, cost, now, mode)
@@ -28,11 +37,12 @@ return function (key, limit, w, burst, cost, now, mode)
     local frac = sep and tonumber(string.sub(stored, sep + 1))
     if tatMs and frac and tatMs >= now then
       local dMs = tatMs - now
-      -- a TAT further ahead than the tolerance (clock went backwards) counts as a full tolerance
-      local maxMs = idiv(cap, limit) + 1
+      -- a TAT further ahead than an overdrawn tolerance can reach (clock went backwards)
+      -- counts as the most it can be: twice the tolerance
+      local maxMs = idiv(2 * cap, limit) + 1
       if dMs > maxMs then dMs = maxMs end
       d = dMs * limit + frac
-      if d > cap then d = cap end
+      if d > 2 * cap then d = 2 * cap end
     end
   end
 
@@ -48,12 +58,21 @@ return function (key, limit, w, burst, cost, now, mode)
     return 1
   end
 
+  if mode == 3 then
+    -- charge without deciding: the debt may go beyond the tolerance, up to twice it
+    local cd = d + cost * w
+    if cd > 2 * cap then cd = 2 * cap end
+    local cwhole = idiv(cd, limit)
+    redis.call('SET', key, string.format('%d:%d', now + cwhole, cd - cwhole * limit), 'PX', cdiv(cd, limit))
+    return 1
+  end
+
   if cost > burst then
-    return 0, idiv(cap - d, w), cdiv(d, limit), w, nextMs(d, cap, limit, w)
+    return 0, left(d, cap, w), cdiv(d, limit), w, nextMs(d, cap, limit, w)
   end
   local nd = d + cost * w
   if nd > cap then
-    return 0, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d, cap, limit, w)
+    return 0, left(d, cap, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d, cap, limit, w)
   end
 
   local whole = idiv(nd, limit)

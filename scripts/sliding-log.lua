@@ -64,7 +64,7 @@ local function refusal (key, count, limit, w, cost, now, more)
 end
 
 return function (key, limit, w, _, cost, now, mode)
-  if mode == 2 then return 0 end
+  if mode >= 2 then return 0 end
   local nowStr = string.format('%d', now)
 
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)

@@ -2,7 +2,9 @@
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
---   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
+--   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
+--   refused; usage is kept up to one capacity over the limit, an overdraft the next
+--   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- State: one string "idx:cur:prev". When the window index has advanced by 1 the
 -- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
@@ -88,6 +90,14 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
     else
       return 0
     end
+    redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+    return 1
+  end
+
+  if mode == 3 then
+    -- a charge goes to the current window (the one it was spent in, while that is current)
+    cur = cur + cost
+    if cur > 2 * limit then cur = 2 * limit end
     redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
     return 1
   end

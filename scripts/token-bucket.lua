@@ -2,15 +2,18 @@
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
---   given back, else 0). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
+--   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
+--   refused; usage is kept up to one capacity over the limit, an overdraft the next
+--   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
 -- Exact integer arithmetic: tokens are scaled by windowMs (one token = W units,
--- capacity = burst * W <= 8.64e15 < 2^53) and the bucket gains `limit` units per ms.
+-- capacity = burst * W) and the bucket gains `limit` units per ms. Tokens go down
+-- to -capacity after an overdraft (mode 3), so 2 * capacity stays below 2^53.
 -- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
--- The scaled tokens in the bucket now, and base: the ms they are counted at
--- (later than now only if the clock went backwards).
+-- The scaled tokens in the bucket now (below zero after an overdraft), and base:
+-- the ms they are counted at (later than now only if the clock went backwards).
 local function readTokens (key, cap, limit, now)
   local tokens = cap
   local base = now
@@ -21,14 +24,15 @@ local function readTokens (key, cap, limit, now)
     local ts = sep and tonumber(string.sub(stored, sep + 1))
     if st and ts then
       if st > cap then st = cap end
-      if st < 0 then st = 0 end
+      -- an overdraft is kept, down to one capacity below empty
+      if st < -cap then st = -cap end
       local elapsed = now - ts
       if elapsed < 0 then
         elapsed = 0
         base = ts
       end
       -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
-      local maxElapsed = idiv(cap, limit) + 1
+      local maxElapsed = idiv(2 * cap, limit) + 1
       if elapsed > maxElapsed then elapsed = maxElapsed end
       local gain = elapsed * limit
       if gain >= cap - st then
@@ -47,10 +51,16 @@ local function resetMs (t, cap, limit, lag)
   return lag + cdiv(cap - t, limit)
 end
 
+-- whole tokens in the bucket: 0 while it is overdrawn
+local function whole (t, w)
+  if t <= 0 then return 0 end
+  return idiv(t, w)
+end
+
 -- ms until the bucket holds one more whole token; 0 = full
 local function nextMs (t, cap, limit, w, lag)
   if t >= cap then return 0 end
-  return lag + cdiv((idiv(t, w) + 1) * w - t, limit)
+  return lag + cdiv((whole(t, w) + 1) * w - t, limit)
 end
 
 return function (key, limit, w, burst, cost, now, mode)
@@ -70,12 +80,20 @@ return function (key, limit, w, burst, cost, now, mode)
     return 1
   end
 
+  if mode == 3 then
+    -- charge without deciding: the bucket may go below empty, down to -capacity
+    tokens = tokens - cost * w
+    if tokens < -cap then tokens = -cap end
+    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens, cap, limit, lag))
+    return 1
+  end
+
   if cost > burst then
-    return 0, idiv(tokens, w), resetMs(tokens, cap, limit, lag), w, nextMs(tokens, cap, limit, w, lag)
+    return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), w, nextMs(tokens, cap, limit, w, lag)
   end
   local need = cost * w
   if tokens < need then
-    return 0, idiv(tokens, w), resetMs(tokens, cap, limit, lag), lag + cdiv(need - tokens, limit), nextMs(tokens, cap, limit, w, lag)
+    return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + cdiv(need - tokens, limit), nextMs(tokens, cap, limit, w, lag)
   end
 
   tokens = tokens - need

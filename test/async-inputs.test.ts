@@ -81,7 +81,7 @@ test('async by functions and user: awaited; rejection, overrun or bad value → 
   await call('/by', 'never')
   const next = codes('FST_RRL_IDENTITY_FAILED')
   t.equal(next.length, 2, 'the next burst logs again')
-  t.match(next[1], { suppressed: 10, cause: /did not settle within 20 ms \(identityTimeout\)/ })
+  t.match(next[1], { suppressed: 10, cause: /did not finish within 20 ms \(identityTimeout\)/ })
   t.equal(app.rateLimit.stats().degraded, 0)
 })
 

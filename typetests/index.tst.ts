@@ -160,6 +160,8 @@ describe('route config: config.rateLimit', () => {
       }
     }, handler)).type.not.toRaiseError()
     expect(app.get('/tiers', { config: { rateLimit: { limit: { default: 60, pro: 600 }, burst: { default: 5 }, window: 60_000, by: 'user', cost: 2 } } }, handler)).type.not.toRaiseError()
+    expect(app.get('/tokens', { config: { rateLimit: { limit: 1000, window: '1m', cost: 100, settle: (request: FastifyRequest, reply: FastifyReply) => reply.statusCode === 200 && request.method === 'POST' ? 250 : 0 } } }, handler)).type.not.toRaiseError()
+    expect(app.get('/tokens', { config: { rateLimit: { limit: 1000, window: '1m', settle: async () => await Promise.resolve(250) } } }, handler)).type.not.toRaiseError()
   })
 
   test('an array of blocks, false, or nothing', () => {
@@ -191,6 +193,8 @@ describe('route config: config.rateLimit', () => {
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', mode: 'dry-run' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', name: 7 } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', refundOn: true } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', settle: 3 } } }, handler)).type.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', settle: () => '3' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { limit: 5, window: '1m', skip: true } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: { max: 5, timeWindow: '1m' } } }, handler)).type.toRaiseError()
     expect(app.get('/x', { config: { rateLimit: [{ limit: 5, window: '1m' }, false] } }, handler)).type.toRaiseError()
@@ -225,6 +229,9 @@ describe('decorations', () => {
     expect(await app.rateLimit.consume('email-send', { ip: '203.0.113.7', tier: 'pro' }, 2)).type.toBe<RateLimitDecision>()
     expect(app.rateLimit.reset('GET /orders/:id', { apiKey: 'k' })).type.toBe<Promise<void>>()
     expect(app.rateLimit.consume).type.not.toBeCallableWith('email-send', { user: 1 })
+    expect(app.rateLimit.adjust('POST /v1/complete', { apiKey: 'k' }, -250)).type.toBe<Promise<string[]>>()
+    expect(app.rateLimit.adjust).type.not.toBeCallableWith('POST /v1/complete', { apiKey: 'k' })
+    expect(app.rateLimit.adjust).type.not.toBeCallableWith('POST /v1/complete', { apiKey: 'k' }, '250')
     expect(app.rateLimit.peek).type.not.toBeCallableWith({ user: 'alice' })
     expect(app.rateLimit.setOverride({ target: 'GET /orders/:id', identity: { user: 'alice' }, limit: 500, ttl: 'permanent', actor: 'ops', reason: 'incident' })).type.toBe<Promise<RateLimitOverride>>()
     expect(app.rateLimit.setOverride).type.not.toBeCallableWith({ target: 'GET /orders/:id', limit: 500, ttl: 60_000 })
@@ -265,6 +272,8 @@ describe('every exported type', () => {
 
   test('blocks, decisions and summaries', () => {
     expect<RateLimitBlock>().type.toHaveProperty('refundOn')
+    expect<RateLimitBlock>().type.toHaveProperty('settle')
+    expect<PolicyBlockSummary['settles']>().type.toBe<boolean>()
     expect<Pick<RateLimitBlock, 'limit' | 'window'>>().type.toBe<{ limit: TieredCount, window: number | string }>()
     expect<RateLimitDecision['tier']>().type.toBe<string | undefined>()
     expect<RateLimitPolicyDecision['shadow']>().type.toBe<boolean>()
@@ -274,7 +283,7 @@ describe('every exported type', () => {
     expect<PolicySummary['limits']>().type.toBe<PolicyBlockSummary[]>()
     expect<RateLimitIdentity>().type.toBeAssignableFrom<{}>()
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
-    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'penalized' | 'skipped'>()
+    expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'settled' | 'penalized' | 'skipped'>()
     expect<RateLimitPluginOptions['redis']>().type.toBe<RedisClientLike | undefined>()
     expect<RedisClientLike>().type.toBeAssignableFrom<Redis | Cluster>()
   })

@@ -13,9 +13,10 @@ import type {
   RateLimitOverrideInput
 } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
+import type { Adjustment, BlockRun } from '../store/port.js'
 
 /*
- * fastify.rateLimit: list, peek, reset, consume and acquire, for tooling and for limits
+ * fastify.rateLimit: list, peek, reset, consume, acquire and adjust, for tooling and for limits
  * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`),
  * by a block name (a route's or a global block's), or by a name from the
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
@@ -85,6 +86,44 @@ async function apiInput (
   const keys = await apiKeys(policy, identity)
   const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
   return { policy, runs, keys, costs: runs.map(() => units) }
+}
+
+/** adjust's units: a signed integer (0 changes nothing). */
+function apiUnits (units: unknown): number {
+  if (typeof units !== 'number' || !Number.isInteger(units) || Math.abs(units) > MAX_COST) {
+    throw new FST_RRL_INVALID_API_CALL('adjust', `units must be an integer from -${MAX_COST} to ${MAX_COST} (got ${shown(units)})`)
+  }
+  return units
+}
+
+/** The blocks a target names: a route's or named policy's own blocks (as reset), else the one block of that name. */
+function namedBlocks (policy: CompiledPolicy, target: string): boolean[] {
+  const whole = target === policy.route || policy.route === `API ${target}`
+  const named = whole ? -1 : policy.blocks.findIndex((block) => block.name === target)
+  return policy.blocks.map((block, i) => named === -1 ? !block.global : i === named)
+}
+
+/**
+ * adjust: the caller's usage of every block of the target that can change it
+ * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
+ * refused.
+ */
+async function adjustUsage (policy: CompiledPolicy, target: string, identity: RateLimitIdentity, units: number, overrides: Overrides, runtime: Runtime): Promise<string[]> {
+  const input = await apiInput(policy, identity, 1, overrides)
+  const chosen = namedBlocks(policy, target)
+  const entries: Adjustment[] = []
+  const names: string[] = []
+  policy.blocks.forEach((block, i) => {
+    // A concurrency block counts requests in flight, not units: acquire() and release() change it.
+    if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
+    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units, elapsedMs: 0 })
+    names.push(block.name)
+  })
+  if (units === 0 || entries.length === 0) return names
+  await runtime.store.adjust(entries)
+  // units given back: this instance no longer refuses the caller from its deny cache
+  if (units < 0) for (const entry of entries) runtime.denyCache?.delete(entry.key)
+  return names
 }
 
 /** The block an override names: a block by name, else the route's (or policy's) one block of its own. */
@@ -190,6 +229,10 @@ export function createApi (
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
       for (const key of own) runtime.denyCache?.delete(key)
       await runtime.store.reset(own)
+    },
+    async adjust (target, identity, units) {
+      const policy = registry.find(target, 'adjust')
+      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, runtime)
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')

@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import type { IdentityFunction, IdentityPartSpec } from '../types.js'
 import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
-import { awaitWithin, isThenable, type Outcome } from '../util/settle.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 
 /*
  * An identity is a list of parts, each rendered as `<label>=<value>`, or as

@@ -17,8 +17,8 @@ import {
 } from './validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
 import { runAtLimit, type RunSpec } from './run.js'
-import { checkSlotFields } from './concurrency.js'
 import { burstOf, isTiered, limitOf, readShape, tierRuns, type Shape } from './shape.js'
+import { readSettle, type SettleFunction } from './settle-field.js'
 
 export { FALLBACK_TIER } from './block-fields.js'
 
@@ -32,7 +32,7 @@ export { FALLBACK_TIER } from './block-fields.js'
 /** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
-  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'concurrency'
+  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'concurrency'
 ])
 
 export type RefundPredicate = (reply: FastifyReply) => boolean
@@ -57,6 +57,8 @@ export interface CompiledBlock {
   mode: RateLimitMode
   onRedisError: FailurePolicy
   refundOn: RefundPredicate | undefined
+  /** `settle(request, reply)`: the units the request actually used, charged when it ends (request/end-of-request.ts). */
+  settle: SettleFunction | undefined
   /** `skip(request)`: true lets the request through unlimited (the whole route). */
   skip: SkipPredicate | undefined
   /** Key suffix, e.g. `sw60000` (`.1` appended for a same-suffix sibling). */
@@ -120,8 +122,6 @@ function readFields (block: unknown, position: BlockPosition, fail: Fail): Field
   }
   const input = block as Fields
   for (const field of Object.keys(input)) {
-    // `settle` (quotas) is a rate block's: on a concurrency block, say so rather than "unknown".
-    if (field === 'settle' && input.concurrency !== undefined) checkSlotFields(input, fail)
     if (!BLOCK_FIELDS.has(field)) fail(field, `is not a rate limit field (known: ${[...BLOCK_FIELDS].join(', ')})`)
   }
   return input
@@ -250,7 +250,8 @@ export function compileBlock (
   const name = readName(input, method, url, position, fail)
   const identity = readIdentity(input, context, url, site, position)
   const penalty = readPenalty(input.penalty, fail)
-  const localLimit = readLocalLimit(input, shape.maxLimit, fail)
+  const { settle, maxLimit } = readSettle(input, shape, fail)
+  const localLimit = readLocalLimit(input, maxLimit, fail)
   const requestSide = readRequestSide(input, position, fail)
   const { algorithm, bursty, windowMs } = shape
   const runSpec: RunSpec = {
@@ -278,7 +279,8 @@ export function compileBlock (
     bySpec: input.by as RateLimitBlock['by'],
     by: describeBy(input.by as RateLimitBlock['by'], context.user !== undefined),
     global: position.global,
-    maxLimit: shape.maxLimit,
+    settle,
+    maxLimit,
     withLimit: (run, limit) => runAtLimit(runSpec, run, limit, 'declared-stays'),
     origin: site.fieldPrefix === '' ? site.route : `${site.route} ${site.fieldPrefix.slice(0, -1)}`
   }

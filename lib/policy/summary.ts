@@ -28,7 +28,8 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
     tiers: block.tiers === undefined
       ? undefined
       : Object.fromEntries([...block.tiers].map(([tier, run]) => [tier, { limit: run.params.limit, burst: run.params.burst }])),
-    refunds: block.refundOn !== undefined
+    refunds: block.refundOn !== undefined,
+    settles: block.settle !== undefined
   }
 }
 

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import ipaddr from 'ipaddr.js'
 import type { SkipPredicate } from '../types.js'
-import { awaitWithin, isThenable, type Outcome } from '../util/settle.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 
 export type { SkipPredicate } from '../types.js'
 

@@ -1,9 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
-import type { DecisionInput, Runtime } from '../decide/evaluate.js'
+import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
+import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../decide/slots.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { reportValue, type InputRuntime as Runtime } from './inputs.js'
 
 /*
  * The one end-of-request mechanism. Contract:
@@ -34,6 +36,9 @@ import type { HeldSlots } from '../decide/slots.js'
  *   called in `ended`, and the policy flag (`endOfRequest`) that makes the
  *   route hook track the request.
  */
+
+/** How the units of a refund, settle or adjust are counted in stats. */
+interface Sent { refunded: boolean, settled: boolean }
 
 /** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
 export interface Ending {
@@ -84,6 +89,54 @@ function releases (ending: Ending, runtime: Runtime): SlotAdjustment[] {
   return []
 }
 
+/** Calls `settle(request, reply)`; a promise it returns is awaited at most identityTimeout ms. */
+function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settle']>, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Outcome | Promise<Outcome> {
+  let value: unknown
+  try {
+    value = settle(request, reply)
+  } catch (error) {
+    return { ok: false, error }
+  }
+  return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
+}
+
+/** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
+function difference (outcome: Outcome, ending: Ending, i: number, request: FastifyRequest, runtime: Runtime): number {
+  const run = ending.input.runs[i] as BlockRun
+  const cost = ending.input.costs[i] as number
+  const capacity = Math.max(run.params.limit, run.params.burst)
+  const value = outcome.ok ? outcome.value : undefined
+  if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
+  const route = `${ending.policy.route} (${ending.policy.blocks[i]?.name ?? ''})`
+  reportValue(request, runtime, 'settle', route, outcome, `leaving the reservation charged (settle must give an integer from 0 to ${capacity})`)
+  return 0
+}
+
+/** settle: per block that charged, the actual units minus the reservation; sync unless a settle returned a promise. */
+function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] | Promise<Adjustment[]> {
+  const { policy, input } = ending
+  const differences = new Array<number>(input.runs.length).fill(0)
+  let pending: Array<Promise<void>> | undefined
+  for (let i = 0; i < input.runs.length; i++) {
+    const settle = policy.blocks[i]?.settle
+    if (settle === undefined || !charged(ending, i)) continue
+    const outcome = callSettle(settle, request, reply, runtime)
+    if (outcome instanceof Promise) {
+      pending ??= []
+      pending.push(outcome.then((result) => { differences[i] = difference(result, ending, i, request, runtime) }))
+    } else {
+      differences[i] = difference(outcome, ending, i, request, runtime)
+    }
+  }
+  const entries = (): Adjustment[] => {
+    const elapsedMs = runtime.clock() - ending.at
+    const out: Adjustment[] = []
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, elapsedMs }) })
+    return out
+  }
+  return pending === undefined ? entries() : Promise.all(pending).then(entries)
+}
+
 /** Sends the adjustments in one store call; a failure is logged once per burst (as store failures are) and dropped. */
 async function send (entries: readonly Adjustment[], request: FastifyRequest, runtime: Runtime, route: string): Promise<boolean> {
   try {
@@ -98,13 +151,22 @@ async function send (entries: readonly Adjustment[], request: FastifyRequest, ru
 /** The request ended: every source's entries in one store call. */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
   const refunded = refunds(ending, request, reply, runtime)
+  // Taken in the tick the response closed: renewals stop now, whatever a settle awaits.
   const released = releases(ending, runtime)
-  const entries = [...refunded, ...released]
+  let settled = settles(ending, request, reply, runtime)
+  if (settled instanceof Promise) settled = await settled
+  const units = settled.length === 0 ? refunded : [...refunded, ...settled]
+  const entries = released.length === 0 ? units : [...units, ...released]
   if (entries.length === 0) return
   const sent = await send(entries, request, runtime, ending.policy.route)
-  if (sent && refunded.length > 0) runtime.stats.refunded++
+  if (sent) count({ refunded: refunded.length > 0, settled: settled.length > 0 }, runtime)
   // The units were sent at most once; the slots' releases are idempotent: alone, they are retried.
-  if (!sent && refunded.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
+  if (!sent && units.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
+}
+
+function count (sent: Sent, runtime: Runtime): void {
+  if (sent.refunded) runtime.stats.refunded++
+  if (sent.settled) runtime.stats.settled++
 }
 
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */

@@ -6,7 +6,7 @@ import { assembleKeys } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import { isCost, isCount } from '../policy/validate.js'
-import { awaitWithin, isThenable, type Outcome as Settled } from '../util/settle.js'
+import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 
 /*
  * What one request contributes to its decision: whether it is skipped, its
@@ -87,18 +87,18 @@ export function requestCosts (policy: CompiledPolicy, request: FastifyRequest, r
 }
 
 /** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
-function failure (settled: Settled): string {
-  if (settled.ok) {
-    const value = settled.value
+function failure (outcome: Outcome): string {
+  if (outcome.ok) {
+    const value = outcome.value
     // null and undefined mean "none" and are not reported; numbers are shown (they are not secrets).
     return `returned ${typeof value === 'number' ? String(value) : `a value of type ${typeof value}`}`
   }
-  const error = settled.error
+  const error = outcome.error
   return error instanceof Error ? `failed (${error.message})` : `failed (threw or rejected with a ${typeof error})`
 }
 
 /** Calls `fn`; a promise it returns is awaited at most identityTimeout ms. Sync results stay sync. */
-function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: InputRuntime): Settled | Promise<Settled> {
+function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: InputRuntime): Outcome | Promise<Outcome> {
   let value: unknown
   try {
     value = fn(request)
@@ -108,14 +108,14 @@ function callBounded (fn: (request: FastifyRequest) => unknown, request: Fastify
   return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
 }
 
-function reportValue (request: FastifyRequest, runtime: Runtime, what: string, route: string, settled: Settled, instead: string): void {
-  runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(settled)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
+export function reportValue (request: FastifyRequest, runtime: Runtime, what: string, route: string, outcome: Outcome, instead: string): void {
+  runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(outcome)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
 }
 
 /** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
-function tierOf (settled: Settled, request: FastifyRequest, runtime: Runtime, route: string): string | undefined {
-  if (settled.ok && typeof settled.value === 'string') return settled.value
-  if (!settled.ok || (settled.value !== undefined && settled.value !== null)) reportValue(request, runtime, 'tier', route, settled, 'using the default tier')
+function tierOf (outcome: Outcome, request: FastifyRequest, runtime: Runtime, route: string): string | undefined {
+  if (outcome.ok && typeof outcome.value === 'string') return outcome.value
+  if (!outcome.ok || (outcome.value !== undefined && outcome.value !== null)) reportValue(request, runtime, 'tier', route, outcome, 'using the default tier')
   return undefined
 }
 
@@ -123,18 +123,18 @@ function tierOf (settled: Settled, request: FastifyRequest, runtime: Runtime, ro
 export function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: InputRuntime): string | undefined | Promise<string | undefined> {
   const tier = runtime.tier
   if (policy.tierRuns === undefined || tier === undefined) return undefined
-  const settled = callBounded(tier, request, runtime)
-  return settled instanceof Promise
-    ? settled.then((result) => tierOf(result, request, runtime, policy.route))
-    : tierOf(settled, request, runtime, policy.route)
+  const outcome = callBounded(tier, request, runtime)
+  return outcome instanceof Promise
+    ? outcome.then((result) => tierOf(result, request, runtime, policy.route))
+    : tierOf(outcome, request, runtime, policy.route)
 }
 
 /** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
-function limitOf (settled: Settled, block: CompiledBlock, request: FastifyRequest, runtime: Runtime, route: string): number | undefined {
-  if (settled.ok && isCount(settled.value, block.maxLimit)) return settled.value
+function limitOf (outcome: Outcome, block: CompiledBlock, request: FastifyRequest, runtime: Runtime, route: string): number | undefined {
+  if (outcome.ok && isCount(outcome.value, block.maxLimit)) return outcome.value
   // undefined / null: no limit of its own for this request (not an error).
-  if (settled.ok && (settled.value === undefined || settled.value === null)) return undefined
-  reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, settled, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
+  if (outcome.ok && (outcome.value === undefined || outcome.value === null)) return undefined
+  reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, outcome, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
   return undefined
 }
 
@@ -149,12 +149,12 @@ export function requestLimits (policy: CompiledPolicy, request: FastifyRequest, 
   for (let i = 0; i < blocks.length; i++) {
     const block = blocks[i]
     if (block?.requestLimit === undefined) continue
-    const settled = callBounded(block.requestLimit, request, runtime)
-    if (settled instanceof Promise) {
+    const outcome = callBounded(block.requestLimit, request, runtime)
+    if (outcome instanceof Promise) {
       pending ??= []
-      pending.push(settled.then((result) => { limits[i] = limitOf(result, block, request, runtime, policy.route) }))
+      pending.push(outcome.then((result) => { limits[i] = limitOf(result, block, request, runtime, policy.route) }))
     } else {
-      limits[i] = limitOf(settled, block, request, runtime, policy.route)
+      limits[i] = limitOf(outcome, block, request, runtime, policy.route)
     }
   }
   return pending === undefined ? limits : Promise.all(pending).then(() => limits)

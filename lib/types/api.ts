@@ -54,6 +54,8 @@ export interface PolicyBlockSummary {
   /** Per tier name: its limit and burst (undefined without tiers). */
   tiers: Record<string, { limit: number, burst: number }> | undefined
   refunds: boolean
+  /** Whether it has `settle`: usage charged by what the request used, when it ends. */
+  settles: boolean
   /** The runtime override of `limit` for every caller (see `setOverride`), when one is in force. */
   override?: RateLimitOverride
   /** How many callers have an override of their own for this block. */
@@ -97,6 +99,8 @@ export interface RateLimitStats {
   shadowLimited: number
   /** Requests whose units were given back by refundOn. */
   refunded: number
+  /** Requests whose `settle` changed their usage when they ended (the difference from the reservation was charged or given back). */
+  settled: number
   /** Refusals because the identity was serving a penalty, or started one (also counted in `limited`). */
   penalized: number
   /** Requests let through unlimited by `allowList` or a route's `skip` (no store call). */
@@ -175,6 +179,17 @@ export interface RateLimitApi {
    * release() then does nothing (`'local'`: it gives back the local slot).
    */
   acquire: (target: string, identity: RateLimitIdentity) => Promise<RateLimitSlot>
+  /**
+   * Changes the caller's usage by `units` (a signed integer: positive charges,
+   * negative gives back) on every block of `target` that supports it (all but
+   * sliding-log): a route's or named policy's own blocks, or the one block
+   * `target` names (a global block too), fleet-wide,
+   * in one store call, never refused: usage may go over the limit (an
+   * overdraft), as a request's `settle` may. For usage reported after the
+   * request (a stream that counts its tokens later). Resolves to the names of
+   * the blocks it applied to; rejects when the store fails.
+   */
+  adjust: (target: string, identity: RateLimitIdentity, units: number) => Promise<string[]>
   /**
    * Overrides a block's `limit` fleet-wide (stored in Redis; every instance
    * applies it within its next poll), for every caller or one. Logged.

@@ -48,6 +48,18 @@ export interface RateLimitBlock {
    */
   refundOn?: (reply: FastifyReply) => boolean
   /**
+   * The units this request actually used, known when it ends, e.g. an LLM
+   * call's tokens: an integer from 0 to the block's capacity (`burst`, else
+   * `limit`). `cost` is then the reservation charged at admission; when the
+   * response closes (finished, aborted or timed out) the difference is
+   * charged or given back, fleet-wide, in one store call. Usage may end over
+   * the limit (an overdraft): the next requests wait until it is back under.
+   * Awaited at most `identityTimeout` ms; a throw, rejection, overrun or bad
+   * value is logged once per burst and leaves the reservation charged. Not
+   * with `refundOn`, not for sliding-log.
+   */
+  settle?: (request: FastifyRequest, reply: FastifyReply) => number | Promise<number>
+  /**
    * Escalation for repeat offenders: after `after` refusals within one window,
    * the identity is refused outright for `for`, `backoff` times longer at each
    * further offence (default 2), never longer than `max` (default 1 day).

@@ -70,6 +70,18 @@ for (const withRedis of [false, true]) {
     const refusal = await call(demo.base, '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username }) })
     t.match(JSON.parse(refusal.text), { status: 429, 'violated-policies': ['login'], hint: /retry in 3600 s/ }, 'the refusal body comes from replyBuilder')
 
+    // Completions: reserve max_tokens, settle what was used when the response closes; an overdraft waits.
+    const tokens = { 'x-api-key': 'demo-key-2' }
+    const first = await call(demo.base, '/complete?max_tokens=2000&used=4900', { headers: tokens })
+    t.equal(first.status, 200)
+    t.match(JSON.parse(first.text), { reserved: 2000, used: 4900, remainingBeforeSettle: 3000 }, 'complete: admitted on its reservation')
+    const overdrawn = await call(demo.base, '/complete?max_tokens=500', { headers: tokens })
+    t.equal(overdrawn.status, 429, 'complete: 4900 used of 5000: the next 500-token reservation does not fit')
+    t.ok(Number(overdrawn.headers['retry-after']) >= 60, 'complete: Retry-After counts the refill of about 400 tokens at 20,000 an hour')
+    const small = await call(demo.base, '/complete?max_tokens=50&used=10', { headers: tokens })
+    t.equal(small.status, 200, 'complete: a reservation that fits what is left is admitted')
+    t.ok(JSON.parse(small.text).remainingBeforeSettle <= 60, 'complete: about 100 tokens were left after the settle')
+
     const internal = await Promise.all(Array.from({ length: 8 }, async () => await call(demo.base, '/reports', { headers: { 'x-internal-token': 'demo-internal' } })))
     t.same(internal.map((reply) => reply.status), Array(8).fill(200), 'allowList: internal callers are never limited')
     t.equal(internal[0]?.headers.ratelimit, undefined, 'and get no quota headers')

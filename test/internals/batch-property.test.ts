@@ -2,7 +2,8 @@
  * Property test of the batch script against the memory store (the reference
  * model): random routes of 1 to 3 blocks (any algorithm, shadow or not, with
  * or without a penalty), and random steps, each step sending 1 to 4 decisions
- * (charges, peeks and refunds, on overlapping keys) in one event-loop turn, so
+ * (charges, peeks, refunds and signed adjustments that may overdraw a block,
+ * on overlapping keys) in one event-loop turn, so
  * they leave as one script call and run in order inside it. Every decision
  * must give the same numbers on both sides, penalties included.
  *
@@ -39,15 +40,23 @@ const block = fc.record({
 })
 
 const decision = fc.record({
-  kind: fc.constantFrom<'charge' | 'peek' | 'refund'>('charge', 'charge', 'charge', 'peek', 'refund'),
+  kind: fc.constantFrom<'charge' | 'peek' | 'refund' | 'adjust'>('charge', 'charge', 'charge', 'peek', 'refund', 'adjust'),
   identity: fc.integer({ min: 0, max: 1 }),
   costs: fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 3, maxLength: 3 }),
+  // signed adjustments (settle, adjust): charges past the limit (overdrafts) and give-backs
+  units: fc.array(fc.integer({ min: -4, max: 6 }), { minLength: 3, maxLength: 3 }),
   elapsed: fc.integer({ min: 0, max: 10_000 })
 })
 
-/** Every block's cost given back, spent `elapsedMs` ago (refundOn's entries). */
-function refunds (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], elapsedMs: number): Adjustment[] {
-  return runs.map((run, i) => ({ kind: 'units', run, key: keys[i] as string, units: -(costs[i] as number), elapsedMs }))
+/** Per block a signed change of usage, spent `elapsedMs` ago (refundOn's entries: minus each cost). */
+function adjustments (runs: readonly BlockRun[], keys: readonly string[], units: readonly number[], elapsedMs: number): Adjustment[] {
+  return runs.map((run, i) => ({ kind: 'units', run, key: keys[i] as string, units: units[i] as number, elapsedMs }))
+}
+
+/** What a refund or adjust step sends. */
+function entriesOf (d: { kind: string, costs: number[], units: number[], elapsed: number }, runs: readonly BlockRun[], keys: readonly string[]): Adjustment[] {
+  const units = d.kind === 'refund' ? d.costs.slice(0, runs.length).map((cost) => -cost) : d.units.slice(0, runs.length)
+  return adjustments(runs, keys, units, d.elapsed)
 }
 
 const scenario = fc.record({
@@ -70,6 +79,7 @@ test('property: the batch script decides like the memory store, penalties includ
 
   let run = 0
   let penalized = 0
+  let forced = 0
   let batched = 0
   await fc.assert(fc.asyncProperty(scenario, async ({ blocks, steps }) => {
     run++
@@ -88,7 +98,7 @@ test('property: the batch script decides like the memory store, penalties includ
         const pending = step.decisions.map(async (d) => {
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
-          if (d.kind === 'refund') return await redisStore.adjust(refunds(runs, keys, costs, d.elapsed))
+          if (d.kind === 'refund' || d.kind === 'adjust') return await redisStore.adjust(entriesOf(d, runs, keys))
           return await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
         })
         const actual = await Promise.all(pending)
@@ -96,8 +106,8 @@ test('property: the batch script decides like the memory store, penalties includ
         step.decisions.forEach((d, j) => {
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
-          const expected = d.kind === 'refund'
-            ? model.adjustNow(refunds(runs, keys, costs, d.elapsed))
+          const expected = d.kind === 'refund' || d.kind === 'adjust'
+            ? model.adjustNow(entriesOf(d, runs, keys))
             : model.decideNow({ runs, keys, costs }, d.kind as DecideMode)
           const got = actual[j]
           const normal = (list: unknown): unknown => Array.isArray(list) ? list.map((x) => typeof x === 'object' && x !== null ? { ...(x as RawDecision), penalized: (x as RawDecision).penalized === true } : x) : list
@@ -105,6 +115,7 @@ test('property: the batch script decides like the memory store, penalties includ
             throw new Error(`run ${run} step ${s} decision ${j} (${d.kind}): lua ${JSON.stringify(got)} model ${JSON.stringify(expected)}`)
           }
           if (Array.isArray(expected) && expected.some((x) => typeof x === 'object' && x.penalized === true)) penalized++
+          if (d.kind === 'adjust') forced += (expected as boolean[]).filter((changed, i) => changed && (d.units[i] as number) > 0).length
         })
       }
     } finally {
@@ -112,5 +123,6 @@ test('property: the batch script decides like the memory store, penalties includ
     }
   }), { numRuns: NUM_RUNS })
   t.ok(penalized > 50, `${penalized} penalized decisions agreed`)
+  t.ok(forced > 100, `${forced} charges without a decision (overdrafts included) agreed`)
   t.ok(batched > 100, `${batched} steps sent several decisions in one script call`)
 })

@@ -1,23 +1,28 @@
 import type { GcraState, MemoryAlgorithm, TokenBucketState } from './algorithms.js'
 import { cdiv, decision, idiv } from './math.js'
 
-/** The bucket as of `now`: stored tokens plus the refill since, up to the capacity (scaled by the window). */
+/** The bucket as of `now`: stored tokens (down to -capacity after an overdraft) plus the refill since, up to the capacity (scaled by the window). */
 function refill (state: TokenBucketState | undefined, limit: number, w: number, burst: number, now: number): { tokens: number, base: number, cap: number } {
   const cap = burst * w
   if (state === undefined) return { tokens: cap, base: now, cap }
   let st = state.tokens
   if (st > cap) st = cap
-  if (st < 0) st = 0
+  if (st < -cap) st = -cap
   let base = now
   let elapsed = now - state.ts
   if (elapsed < 0) {
     elapsed = 0
     base = state.ts
   }
-  const maxElapsed = idiv(cap, limit) + 1
+  const maxElapsed = idiv(2 * cap, limit) + 1
   if (elapsed > maxElapsed) elapsed = maxElapsed
   const gain = elapsed * limit
   return { tokens: gain >= cap - st ? cap : st + gain, base, cap }
+}
+
+/** Whole tokens in the bucket: 0 while it is overdrawn (Lua: whole). */
+function whole (t: number, w: number): number {
+  return t <= 0 ? 0 : idiv(t, w)
 }
 
 export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
@@ -29,13 +34,13 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
     const lag = base - now
     const resetMs = (t: number): number => t >= cap ? 0 : lag + cdiv(cap - t, limit)
     // ms until the bucket holds one more whole token; 0 = full
-    const nextMs = (t: number): number => t >= cap ? 0 : lag + cdiv((idiv(t, w) + 1) * w - t, limit)
+    const nextMs = (t: number): number => t >= cap ? 0 : lag + cdiv((whole(t, w) + 1) * w - t, limit)
     if (cost > burst) {
-      return { decision: decision(false, idiv(tokens, w), resetMs(tokens), w, nextMs(tokens)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, whole(tokens, w), resetMs(tokens), w, nextMs(tokens)), state: undefined, ttlMs: 0 }
     }
     const need = cost * w
     if (tokens < need) {
-      return { decision: decision(false, idiv(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit), nextMs(tokens)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, whole(tokens, w), resetMs(tokens), lag + cdiv(need - tokens, limit), nextMs(tokens)), state: undefined, ttlMs: 0 }
     }
     tokens = tokens - need
     const reset = resetMs(tokens)
@@ -50,25 +55,38 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
     tokens = tokens + cost * w
     if (tokens >= cap) return { state: undefined, ttlMs: 0 }
     return { state: { tokens, ts: base }, ttlMs: base - now + cdiv(cap - tokens, limit) }
+  },
+  charge (state, { limit, windowMs: w, burst }, cost, now) {
+    // below empty, down to -capacity (Lua mode 3)
+    now = Math.floor(now)
+    const { tokens, base, cap } = refill(state, limit, w, burst, now)
+    const left = Math.max(-cap, tokens - cost * w)
+    return { state: { tokens: left, ts: base }, ttlMs: base - now + cdiv(cap - left, limit) }
   }
 }
 
 /**
- * max(0, TAT − now) in units of 1/limit ms, capped at the tolerance `cap`
- * (a TAT further ahead, after a clock step back, counts as a full tolerance).
+ * max(0, TAT − now) in units of 1/limit ms, capped at twice the tolerance `cap`
+ * (an overdraft reaches that far; a TAT further ahead, after a clock step back,
+ * counts as that much).
  */
 function debt (state: GcraState | undefined, limit: number, cap: number, now: number): number {
   if (state === undefined || state.tatMs < now) return 0
   let dMs = state.tatMs - now
-  const maxMs = idiv(cap, limit) + 1
+  const maxMs = idiv(2 * cap, limit) + 1
   if (dMs > maxMs) dMs = maxMs
   const d = dMs * limit + state.frac
-  return d > cap ? cap : d
+  return d > 2 * cap ? 2 * cap : d
+}
+
+/** Whole units left under the tolerance: 0 while the debt is beyond it (Lua: left). */
+function left (d: number, cap: number, w: number): number {
+  return d >= cap ? 0 : idiv(cap - d, w)
 }
 
 /** ms until the debt leaves room for one more whole unit; 0 = no debt (Lua: nextMs). */
 function debtNextMs (d: number, cap: number, limit: number, w: number): number {
-  return d <= 0 ? 0 : cdiv(d - (cap - (idiv(cap - d, w) + 1) * w), limit)
+  return d <= 0 ? 0 : cdiv(d - (cap - (left(d, cap, w) + 1) * w), limit)
 }
 
 export const gcra: MemoryAlgorithm<GcraState> = {
@@ -77,11 +95,11 @@ export const gcra: MemoryAlgorithm<GcraState> = {
     const cap = burst * w
     const d = debt(state, limit, cap, now)
     if (cost > burst) {
-      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), w, debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, left(d, cap, w), cdiv(d, limit), w, debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
     }
     const nd = d + cost * w
     if (nd > cap) {
-      return { decision: decision(false, idiv(cap - d, w), cdiv(d, limit), cdiv(nd - cap, limit), debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, left(d, cap, w), cdiv(d, limit), cdiv(nd - cap, limit), debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
     }
     const whole = idiv(nd, limit)
     const reset = cdiv(nd, limit)
@@ -95,5 +113,13 @@ export const gcra: MemoryAlgorithm<GcraState> = {
     if (rd <= 0) return { state: undefined, ttlMs: 0 }
     const whole = idiv(rd, limit)
     return { state: { tatMs: now + whole, frac: rd - whole * limit }, ttlMs: cdiv(rd, limit) }
+  },
+  charge (state, { limit, windowMs: w, burst }, cost, now) {
+    // beyond the tolerance, up to twice it (Lua mode 3)
+    now = Math.floor(now)
+    const cap = burst * w
+    const cd = Math.min(2 * cap, debt(state, limit, cap, now) + cost * w)
+    const whole = idiv(cd, limit)
+    return { state: { tatMs: now + whole, frac: cd - whole * limit }, ttlMs: cdiv(cd, limit) }
   }
 }

@@ -25,6 +25,13 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
     const count = state !== undefined && state.idx === idx ? state.count : 0
     if (count === 0 || idiv(now - elapsedMs, w) !== idx) return undefined
     return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: (idx + 1) * w - now }
+  },
+  charge (state, { limit, windowMs: w }, cost, now) {
+    // to the current window, kept up to twice the limit (Lua mode 3)
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    const count = state !== undefined && state.idx === idx ? state.count : 0
+    return { state: { idx, count: Math.min(2 * limit, count + cost) }, ttlMs: (idx + 1) * w - now }
   }
 }
 
@@ -97,5 +104,12 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
     else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)
     else return undefined
     return { state: { idx, cur, prev }, ttlMs: (idx + 2) * w - now }
+  },
+  charge (state, { limit, windowMs: w }, cost, now) {
+    // to the current window, kept up to twice the limit (Lua mode 3)
+    now = Math.floor(now)
+    const idx = idiv(now, w)
+    const [cur, prev] = counts(state, idx)
+    return { state: { idx, cur: Math.min(2 * limit, cur + cost), prev }, ttlMs: (idx + 2) * w - now }
   }
 }

@@ -17,14 +17,15 @@ import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type 
 /*
  * The mode argument, by name:
  *
- *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms)
+ *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms) · charge without deciding '3'
  *   the multi script:                          charge '' · peek '1' · refund 'r<elapsed ms>'
  *   the batch script (per decision):           charge '' · peek '1'; adjustments are their own call (adjustCall)
  */
 export const SCRIPT_MODE = {
   charge: '',
   peek: '1',
-  refund: '2'
+  refund: '2',
+  force: '3'
 } as const
 
 /** Values per block in the multi script's ARGV (after the two leading ones). */

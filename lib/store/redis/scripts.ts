@@ -69,7 +69,7 @@ ${sources.prelude}`
 
 /** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }). */
 const STANDALONE_CALL = `local mode = 0
-if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 end
+if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 elseif ARGV[6] == '3' then mode = 3 end
 return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), mode, tonumber(ARGV[7]) or 0) }
 `
 

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks'
-import { awaitWithin } from '../../../util/settle.js'
+import { awaitWithin } from '../../../util/await-within.js'
 import { INERT, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
 
 /*

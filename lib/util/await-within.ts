@@ -9,11 +9,11 @@ export type Outcome = { ok: true, value: unknown } | { ok: false, error: unknown
 /**
  * Awaits a promise for at most `ms`. Never rejects (a rejection is an outcome),
  * never leaves a timer behind, and never waits longer: a promise that never
- * settles ends as an overrun, described by `what` (for example `identityTimeout`).
+ * resolves ends as an overrun, described by `what` (for example `identityTimeout`).
  */
 export function awaitWithin (value: PromiseLike<unknown>, ms: number, what: string): Promise<Outcome> {
   return new Promise((resolve) => {
-    const timer = setTimeout(() => { resolve({ ok: false, error: new Error(`did not settle within ${ms} ms (${what})`) }) }, ms)
+    const timer = setTimeout(() => { resolve({ ok: false, error: new Error(`did not finish within ${ms} ms (${what})`) }) }, ms)
     Promise.resolve(value).then(
       (result) => { clearTimeout(timer); resolve({ ok: true, value: result }) },
       (error: unknown) => { clearTimeout(timer); resolve({ ok: false, error }) }

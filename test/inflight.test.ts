@@ -12,7 +12,7 @@ import { PassThrough } from 'node:stream'
 import { test, type Test } from 'tap'
 import { Cluster, Redis } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from './helpers/app.js'
+import { buildApp, TestClock } from './helpers/app.js'
 import { uniquePrefix } from './helpers/redis.js'
 import { pluginClient, startCluster, startServer, waitFor, type ManagedCluster, type ManagedServer } from './helpers/topologies.js'
 import type { RateLimitPluginOptions } from '../lib/index.js'
@@ -212,6 +212,44 @@ for (const store of ['redis', 'memory'] as const) {
     t.same([d.allowed, e.allowed], [true, false], 'a released one slot (twice called, once given back); b still holds its own')
     await t.rejects(instance.rateLimit.acquire('GET /none', { user: 'alice' }), { code: 'FST_RRL_UNKNOWN_POLICY' })
   })
+}
+
+// The keeper is the same for both stores; the memory store's renewal is held to the script's by test/internals/slots-property.test.ts.
+test('redis: a held slot is renewed every lease / 3, so it outlives its first lease; released, it frees at once', async (t) => {
+  const prefix = uniquePrefix('cn')
+  const clock = new TestClock()
+  const instance = await app(t, await client('standalone'), prefix, { clock: clock.read, lease: '1s' })
+  instance.get('/long', { config: { rateLimit: { concurrency: 1, by: 'ip' } } }, async () => ({ ok: true }))
+  await instance.ready()
+  const slot = await instance.rateLimit.acquire('GET /long', { ip: '127.0.0.1' })
+  t.ok(slot.allowed)
+  const held = async (): Promise<boolean> => !(await instance.rateLimit.peek('GET /long', { ip: '127.0.0.1' })).allowed
+  for (let lease = 1; lease <= 3; lease++) {
+    // 900 ms of the limiter's clock, then wait for a renewal to restart the lease from there.
+    clock.advance(900)
+    const before = await leaseEnd(prefix)
+    await waitFor('a renewal', async () => await leaseEnd(prefix) > before, 5000)
+    t.ok(await held(), `still held ${lease * 900} ms after it was taken, with a lease of 1 s`)
+  }
+  slot.release()
+  await waitFor('released', async () => !(await held()))
+  clock.advance(10_000)
+  t.equal((await instance.inject({ url: '/long' })).statusCode, 200)
+})
+
+/** The latest lease expiry under a prefix (standalone). */
+async function leaseEnd (prefix: string): Promise<number> {
+  const admin = new Redis({ port: server.port, host: '127.0.0.1' })
+  try {
+    let last = 0
+    for (const key of await admin.keys(`${prefix}:*cc*`)) {
+      const top = await admin.zrange(key, '-1', '-1', 'WITHSCORES')
+      last = Math.max(last, Number(top[1] ?? 0))
+    }
+    return last
+  } finally {
+    admin.disconnect()
+  }
 }
 
 test('an instance SIGKILLed with slots held: a short lease frees them', async (t) => {

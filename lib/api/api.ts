@@ -283,7 +283,9 @@ export function policyTable (summaries: PolicySummary[]): string {
     }
     for (const block of summary.limits) {
       const limit = block.tiers === undefined ? String(block.limit) : Object.entries(block.tiers).map(([tier, values]) => `${tier}=${values.limit}`).join(' ')
-      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, `${block.windowMs}ms`, String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
+      // A concurrency block's window is its slots' lease; it has no burst.
+      const slots = block.algorithm === 'concurrency'
+      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, `${slots ? 'lease ' : ''}${block.windowMs}ms`, slots ? '' : String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
     }
   }
   const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))

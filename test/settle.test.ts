@@ -271,6 +271,34 @@ test('a request cut by connectionTimeout still settles, once', async (t) => {
   t.equal(await remaining(app, 'GET /slow'), 8, 'charged the 2 it used, not the 5 reserved')
 })
 
+test('a request whose client left before the decision settles at once after it', async (t) => {
+  const { app } = await setup(t, 'memory', { identityTimeout: 5000 })
+  let arrived = (): void => {}
+  const seen = new Promise<void>((resolve) => { arrived = resolve })
+  let settles = 0
+  app.get('/late', {
+    config: {
+      rateLimit: {
+        algorithm: 'fixed-window',
+        limit: 10,
+        window: '1m',
+        cost: 4,
+        // the identity is known only once the client has gone: the response has closed before the decision
+        by: async (req) => { arrived(); await new Promise((resolve) => { req.raw.socket.once('close', resolve) }); return 'late' },
+        settle: () => { settles++; return 1 }
+      }
+    }
+  }, async () => 'ok')
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const port = (app.server.address() as AddressInfo).port
+  const request = http.get({ port, host: '127.0.0.1', path: '/late' })
+  request.on('error', () => {})
+  await seen
+  request.destroy()
+  t.ok(await eventually(() => app.rateLimit.stats().settled === 1), 'settled')
+  t.equal(settles, 1)
+})
+
 test('startup: settle is a function, not with refundOn, not on sliding-log, and its overdraft stays exact', async (t) => {
   const app = await buildApp({ store: 'memory' })
   t.teardown(async () => { await app.close() })
@@ -282,6 +310,7 @@ test('startup: settle is a function, not with refundOn, not on sliding-log, and 
   t.throws(() => { route('/e', { algorithm: 'gcra', limit: 10, burst: { default: 10, pro: 60_000_000 }, window: '1d', settle: () => 1 }) }, { code: 'FST_RRL_INVALID_BLOCK', message: /settle.*\(got 60000000\)/ })
   t.doesNotThrow(() => { route('/f', { algorithm: 'fixed-window', limit: 100_000_000, window: '1d', settle: () => 1 }) }, 'fixed-window multiplies nothing by the window')
   t.doesNotThrow(() => { route('/g', { algorithm: 'sliding-window', limit: 52_124_995, window: '1d', settle: () => 1 }) })
+  await t.rejects(buildApp({ store: 'memory', policies: { tokens: { limit: 5, window: '1m', settle: () => 1 } } }), { code: 'FST_RRL_INVALID_BLOCK', message: /settle.*needs a request.*adjust/ }, 'a named policy has no request to settle')
 })
 
 test('clock frozen: 200 concurrent settled requests over 2 instances leave usage equal to the sum of what they used', async (t) => {

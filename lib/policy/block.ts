@@ -250,7 +250,7 @@ export function compileBlock (
   const name = readName(input, method, url, position, fail)
   const identity = readIdentity(input, context, url, site, position)
   const penalty = readPenalty(input.penalty, fail)
-  const { settle, maxLimit } = readSettle(input, shape, fail)
+  const { settle, maxLimit } = readSettle(input, shape, method === 'API', fail)
   const localLimit = readLocalLimit(input, maxLimit, fail)
   const requestSide = readRequestSide(input, position, fail)
   const { algorithm, bursty, windowMs } = shape

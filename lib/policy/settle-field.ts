@@ -23,11 +23,16 @@ export function settleMaxLimit (windowMs: number): number {
   return Math.floor(Number.MAX_SAFE_INTEGER / (2 * windowMs))
 }
 
-/** The field, validated, and the block's largest limit with it (requestLimit and overrides stay below it). */
-export function readSettle (input: Record<string, unknown>, shape: Shape, fail: Fail): { settle: SettleFunction | undefined, maxLimit: number } {
+/**
+ * The field, validated, and the block's largest limit with it (requestLimit
+ * and overrides stay below it). `named`: a block of the `policies` option,
+ * which no request reaches (its usage changes through `adjust`).
+ */
+export function readSettle (input: Record<string, unknown>, shape: Shape, named: boolean, fail: Fail): { settle: SettleFunction | undefined, maxLimit: number } {
   const { settle } = input
   if (settle === undefined) return { settle: undefined, maxLimit: shape.maxLimit }
   if (typeof settle !== 'function') fail('settle', `must be a function (request, reply) => number | Promise<number> (got ${shown(settle)})`)
+  if (named) fail('settle', 'needs a request: a named policy is charged by consume(); report usage later with fastify.rateLimit.adjust()')
   if (shape.algorithm === 'sliding-log') fail('settle', 'is not supported by sliding-log (it stores one entry per request; use fixed-window, sliding-window, token-bucket or gcra)')
   if (input.refundOn !== undefined) fail('settle', 'cannot be combined with refundOn on one block (a settle that returns 0 gives the whole reservation back)')
   if (!SCALED.has(shape.algorithm)) return { settle: settle as SettleFunction, maxLimit: shape.maxLimit }

@@ -37,9 +37,6 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  *   route hook track the request.
  */
 
-/** How the units of a refund, settle or adjust are counted in stats. */
-interface Sent { refunded: boolean, settled: boolean }
-
 /** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
 export interface Ending {
   policy: CompiledPolicy
@@ -148,7 +145,7 @@ async function send (entries: readonly Adjustment[], request: FastifyRequest, ru
   }
 }
 
-/** The request ended: every source's entries in one store call. */
+/** The request ended: every source's entries in one store call; stats count requests whose call succeeded. */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
   const refunded = refunds(ending, request, reply, runtime)
   // Taken in the tick the response closed: renewals stop now, whatever a settle awaits.
@@ -158,15 +155,13 @@ async function ended (ending: Ending, request: FastifyRequest, reply: FastifyRep
   const units = settled.length === 0 ? refunded : [...refunded, ...settled]
   const entries = released.length === 0 ? units : [...units, ...released]
   if (entries.length === 0) return
-  const sent = await send(entries, request, runtime, ending.policy.route)
-  if (sent) count({ refunded: refunded.length > 0, settled: settled.length > 0 }, runtime)
+  if (await send(entries, request, runtime, ending.policy.route)) {
+    if (refunded.length > 0) runtime.stats.refunded++
+    if (settled.length > 0) runtime.stats.settled++
+    return
+  }
   // The units were sent at most once; the slots' releases are idempotent: alone, they are retried.
-  if (!sent && units.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
-}
-
-function count (sent: Sent, runtime: Runtime): void {
-  if (sent.refunded) runtime.stats.refunded++
-  if (sent.settled) runtime.stats.settled++
+  if (units.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
 }
 
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */

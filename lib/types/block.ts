@@ -56,7 +56,7 @@ export interface RateLimitBlock {
    * the limit (an overdraft): the next requests wait until it is back under.
    * Awaited at most `identityTimeout` ms; a throw, rejection, overrun or bad
    * value is logged once per burst and leaves the reservation charged. Not
-   * with `refundOn`, not for sliding-log.
+   * with `refundOn`, not for sliding-log, not in `policies` (use `adjust`).
    */
   settle?: (request: FastifyRequest, reply: FastifyReply) => number | Promise<number>
   /**

@@ -10,7 +10,9 @@
  *   - retryAfterMs is exact: on a copy of the state, the same request is
  *     rejected at now + retryAfterMs - 1 and admitted at now + retryAfterMs
  *     (on both sides);
- * and over each whole sequence the algorithm's bound: fixed and sliding
+ * Some steps (not for sliding-log) charge without deciding, as settle and
+ * adjust do, so later steps run on overdrawn states.
+ * And over each whole sequence the algorithm's bound: fixed and sliding
  * window never admit more than the limit in an aligned window, sliding-log
  * never more than the limit in any trailing window, token-bucket and gcra
  * never more than burst + floor(dt * limit / W) over any interval dt.
@@ -75,9 +77,12 @@ local out = {}
 for i = 5, #ARGV, 2 do
   local cost, now = ARGV[i], ARGV[i + 1]
   calls = {}
-  local r = algorithm({ KEYS[1] }, { limit, w, burst, cost, now })
-  local row = { r[1], r[2], r[3], r[4], r[5], table.concat(calls, ',') }
-  if r[1] == 0 and tonumber(cost) <= capacity then
+  -- a negative cost is a charge without deciding (mode 3: settle, adjust) of that many units
+  local forced = tonumber(cost) < 0
+  if forced then cost = tostring(-tonumber(cost)) end
+  local r = algorithm({ KEYS[1] }, { limit, w, burst, cost, now, forced and '3' or '' })
+  local row = { r[1], r[2] or 0, r[3] or 0, r[4] or 0, r[5] or 0, table.concat(calls, ',') }
+  if not forced and r[1] == 0 and tonumber(cost) <= capacity then
     for _, delta in ipairs({ -1, 0 }) do
       realRedis.call('DEL', KEYS[2])
       realRedis.call('COPY', KEYS[1], KEYS[2])
@@ -95,7 +100,8 @@ return out
 const scripts = loadScripts()
 const harnesses = Object.fromEntries(ALGORITHMS.map((name) => [name, harness(scripts[name].source)])) as Record<AlgorithmName, string>
 
-interface Step { now: number, cost: number }
+/** `force`: a charge without deciding (an overdraft may follow), as settle and adjust send. */
+interface Step { now: number, cost: number, force?: boolean }
 interface Scenario { params: BlockParams, steps: Step[] }
 
 const smallOrBig = (small: number, mid: number, max: number): fc.Arbitrary<number> => fc.oneof(
@@ -121,16 +127,19 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
     moves: fc.array(fc.record({
       kind: fc.integer({ min: 0, max: 4 }),
       gap: fc.nat(),
-      cost: fc.integer({ min: 1, max: 3 })
+      cost: fc.integer({ min: 1, max: 3 }),
+      force: fc.integer({ min: 0, max: 5 })
     }), { minLength: 1, maxLength: MAX_STEPS, size: 'max' })
   }).map(({ limit, windowMs, burst, start, moves }) => {
     const params = { limit, windowMs, burst: hasBurst ? burst : limit }
+    // forced charges where a settle may be declared: not sliding-log, and an overdraft that stays exact
+    const forcible = algorithm !== 'sliding-log' && 2 * Math.max(params.limit, params.burst) * windowMs <= Number.MAX_SAFE_INTEGER
     // gaps on the scales that matter: same ms, a few ms, one emission interval, a window, several windows
     const interval = Math.ceil(windowMs / limit) + 2
     let now = start
-    const steps = moves.map(({ kind, gap, cost }) => {
+    const steps = moves.map(({ kind, gap, cost, force }): Step => {
       now += [0, gap % 3, gap % interval, gap % (windowMs + 2), gap % (3 * windowMs + 1)][kind] as number
-      return { now, cost }
+      return forcible && force === 0 ? { now, cost: cost * 2, force: true } : { now, cost }
     })
     return { params, steps }
   })
@@ -147,7 +156,7 @@ function fromLua (r: Lua5 | Row): RawDecision {
 
 const freeze = <S>(s: S): S => (typeof s === 'object' && s !== null ? Object.freeze(s) : s)
 
-interface Tally { steps: number, rejected: number, probed: number, nextProbed: number, expired: number }
+interface Tally { steps: number, rejected: number, probed: number, nextProbed: number, expired: number, forced: number }
 
 function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: BlockParams, admitted: Step[]): void {
   if (algorithm === 'fixed-window' || algorithm === 'sliding-window') {
@@ -176,6 +185,21 @@ function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: B
   }
 }
 
+/**
+ * A charge without deciding (mode 3): the script answers 1 and writes one
+ * state with the model's TTL; the stale copy of the model is charged alike.
+ */
+function forcedStep (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, cost: number, now: number, row: Row, current: unknown, stale: unknown, at: string): { state: unknown, ttlMs: number, staleState: unknown } {
+  assert.equal(row[0], 1, `${at}: a forced charge always applies`)
+  const charged = model.charge?.(freeze(current), params, cost, now, 0)
+  assert.ok(charged !== undefined && charged.state !== undefined, `${at}: the model charges`)
+  const calls = row[5] === '' ? [] : row[5].split(',')
+  const ttls = calls.filter((c) => /^SET PX /.test(c)).map((c) => Number(c.split(' ').pop()))
+  assert.deepEqual(ttls, [charged.ttlMs], `${at}: the script's TTL equals the model's (${row[5]})`)
+  assert.ok(charged.ttlMs > 0, `${at}: positive TTL`)
+  return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now, 0)?.state }
+}
+
 test('Lua scripts and the memory model agree on random sequences', async (t) => {
   const server = await getRedis()
   const client = createClient(server)
@@ -186,14 +210,14 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
   for (const algorithm of ALGORITHMS) {
     await t.test(algorithm, async (t) => {
       const model = memoryAlgorithms[algorithm]
-      const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0 }
+      const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0, forced: 0 }
 
       const property = fc.asyncProperty(scenarios(algorithm), async ({ params, steps }) => {
         const { limit, windowMs: w, burst } = params
         const capacity = algorithm === 'token-bucket' || algorithm === 'gcra' ? burst : limit
         const tag = `${prefix}:{${algorithm}:${run++}}`
         const args: Array<number | string> = [limit, w, burst, capacity]
-        for (const { cost, now } of steps) args.push(cost, now)
+        for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
         const rows = await client.eval(harnesses[algorithm], 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
         assert.equal(rows.length, steps.length)
 
@@ -204,9 +228,16 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
         const live = (at: number): unknown => stored !== undefined && at < stored.expiresAt ? stored.state : undefined
         const admitted: Step[] = []
 
-        steps.forEach(({ now, cost }, i) => {
+        steps.forEach(({ now, cost, force }, i) => {
           const row = rows[i] as Row
-          const at = `step ${i} (cost ${cost} at +${now - (steps[0] as Step).now})`
+          const at = `step ${i} (cost ${cost}${force === true ? ', forced' : ''} at +${now - (steps[0] as Step).now})`
+          if (force === true) {
+            const forced = forcedStep(model, params, cost, now, row, live(now), stale, at)
+            tally.forced++
+            stored = forced.ttlMs > 0 ? { state: forced.state, expiresAt: now + forced.ttlMs } : undefined
+            stale = forced.staleState
+            return
+          }
           const lua = fromLua(row)
           const current = live(now)
           if (current === undefined && stored !== undefined) tally.expired++
@@ -281,6 +312,7 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
       t.ok(tally.probed > NUM_RUNS / 2, 'retryAfter was probed')
       t.ok(tally.nextProbed > NUM_RUNS / 2, 'nextMs was probed')
       t.ok(tally.expired > 0, 'some states expired on the injected clock')
+      if (algorithm !== 'sliding-log') t.ok(tally.forced > NUM_RUNS / 2, `${tally.forced} charges without deciding (overdrafts among them)`)
     })
   }
 })

@@ -216,6 +216,37 @@ test('cluster: 10,000 identities spread over slots and nodes', async (t) => {
   t.comment(`figures ${JSON.stringify({ spread: { perNode, distinctSlots: perSlot.size, maxPerSlot: maxSlot, meanPerSlot: +(IDENTITIES / 16384).toFixed(3), maxOverMeanPerSlot: +(maxSlot / (IDENTITIES / 16384)).toFixed(2), meanPerOccupiedSlot: +(IDENTITIES / perSlot.size).toFixed(2), groupMax, groupMean, groupMaxOverMean: +(groupMax / groupMean).toFixed(2) } })}`)
 })
 
+test('cluster: settles and adjust for identities spread over slots: each change reaches its own slot', async (t) => {
+  const IDENTITIES = 100
+  const redis = await readyClient()
+  const app = await buildApp({ redis, prefix: 'settle', timeout: 5000 })
+  const used = (req: { headers: Record<string, unknown> }): number => Number(req.headers['x-used'])
+  app.get('/t', {
+    config: {
+      rateLimit: [
+        { name: 'tokens', algorithm: 'token-bucket', limit: 50, window: '1h', by: 'header:x-id', cost: 3, settle: used },
+        { name: 'tokens-daily', algorithm: 'fixed-window', limit: 500, window: '1d', by: 'header:x-id', cost: 3, settle: used }
+      ]
+    }
+  }, async () => 'ok')
+  await app.ready()
+  t.teardown(async () => { await app.close() })
+  const ids = Array.from({ length: IDENTITIES }, (_, i) => i)
+  const statuses = await Promise.all(ids.map(async (i) => (await app.inject({ url: '/t', headers: { 'x-id': `caller-${i}`, 'x-used': String(i % 7) } })).statusCode))
+  t.ok(statuses.every((code) => code === 200), 'all admitted')
+  const changed = ids.filter((i) => i % 7 !== 3).length
+  const deadline = Date.now() + 5000
+  while (app.rateLimit.stats().settled < changed && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.equal(app.rateLimit.stats().settled, changed, 'every settle that changed usage was applied')
+  await Promise.all(ids.map(async (i) => await app.rateLimit.adjust('GET /t', { headers: { 'x-id': `caller-${i}` } }, 2)))
+  const left = await Promise.all(ids.map(async (i) => (await app.rateLimit.peek('GET /t', { headers: { 'x-id': `caller-${i}` } })).policies.map((policy) => policy.remaining)))
+  const wrong = ids.filter((i) => JSON.stringify(left[i]) !== JSON.stringify([50 - (i % 7) - 2, 500 - (i % 7) - 2]))
+  t.same(wrong, [], 'each identity: what it used plus what was adjusted, on both blocks')
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const slots = new Set([...(await keysByNode('settle')).values()].flat().map(keySlot))
+  t.ok(slots.size > 50, `${slots.size} slots held the identities' keys`)
+})
+
 test('teardown: cluster clients and servers stopped', async (t) => {
   for (const client of clients) client.disconnect()
   await cluster.stop()

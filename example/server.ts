@@ -200,6 +200,19 @@ app.get('/reports', {
   config: { rateLimit: [{ limit: 5, window: '1s', name: 'reports-burst' }, { limit: 100, window: '1h', name: 'reports-hourly', algorithm: 'fixed-window' }] }
 }, async (req) => ({ policies: req.rateLimit?.policies }))
 
+// Renders: at most 2 in flight per IP across the fleet (a concurrency block); the slot is given back when
+// the response closes. The handler watches request.signal: after a client abort its slot is free already.
+app.get('/render', {
+  config: { rateLimit: { concurrency: 2, by: 'ip', name: 'renders' } }
+}, async (req) => {
+  const ms = Math.min(2000, Number((req.query as { ms?: string }).ms ?? 200) || 0)
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms)
+    req.signal.addEventListener('abort', () => { clearTimeout(timer); resolve() })
+  })
+  return { rendered: !req.signal.aborted, free: req.rateLimit?.remaining }
+})
+
 // Feed: the limit depends on the caller's plan; the RateLimit-Policy header names the tier.
 app.get('/feed', {
   config: { rateLimit: { limit: { default: 30, pro: 300 }, window: '1m', name: 'feed' } }

@@ -4,6 +4,8 @@ import type { BreakerOptions } from './decide/circuit-breaker.js'
 import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
 import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
+import { DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS } from './store/algorithms.js'
+import { parseWindow } from './policy/duration.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
 import { MAX_PREFIX_LENGTH } from './keys/layout.js'
 import { PERIOD_CLOCK } from './store/periods.js'
@@ -74,6 +76,8 @@ export interface ResolvedOptions {
   useErrorHandler: boolean
   /** The block(s) limiting the not-found handler; undefined: 404s are not limited. */
   notFound: RateLimitBlock | RateLimitBlock[] | undefined
+  /** How long a concurrency slot lasts without a renewal (ms). */
+  lease: number
 }
 
 /** Every plugin option (docs/options.md documents each; test/docs/readme.test.ts checks). */
@@ -81,7 +85,7 @@ export const OPTION_NAMES: ReadonlySet<string> = new Set([
   'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
   'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch',
   'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
-  'useErrorHandler', 'notFound'
+  'useErrorHandler', 'notFound', 'lease'
 ])
 
 type Input = Record<string, unknown>
@@ -189,6 +193,17 @@ function resolveReplies (options: Input): Pick<ResolvedOptions, 'headers' | 'rep
   return { headers, replyBuilder: replyBuilder as ReplyBuilder | undefined, useErrorHandler: options.useErrorHandler === true }
 }
 
+/** `lease`: a duration from MIN_LEASE_MS to MAX_LEASE_MS; default 60 s. */
+function resolveLease (value: unknown): number {
+  if (value === undefined) return DEFAULT_LEASE_MS
+  const ms = parseWindow(value)
+  if (typeof ms === 'string') throw new FST_RRL_INVALID_OPTION('lease', ms)
+  if (ms < MIN_LEASE_MS || ms > MAX_LEASE_MS) {
+    throw new FST_RRL_INVALID_OPTION('lease', `must be from ${MIN_LEASE_MS} ms (1s) to 1 day (got ${ms} ms): a slot outlives its instance by at most this, and it is renewed every lease / 3`)
+  }
+  return ms
+}
+
 /** Validates the plugin options at register time; every mistake is a coded error naming the option. */
 export function resolveOptions (input: RateLimitPluginOptions | undefined): ResolvedOptions {
   const options = (input ?? {}) as Input
@@ -221,6 +236,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
     circuitBreaker: resolveBreaker(options.circuitBreaker),
     configKey: resolveConfigKey(options.configKey),
-    hook: choice('hook', options.hook ?? 'onRequest', HOOKS)
+    hook: choice('hook', options.hook ?? 'onRequest', HOOKS),
+    lease: resolveLease(options.lease)
   }
 }

@@ -4,6 +4,7 @@ import { Bans } from './api/bans.js'
 import { Overrides } from './api/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
+import { SlotKeeper } from './decide/slots.js'
 import type { IdentityContext, IdentityKind } from './keys/identity.js'
 import { bansKey, overridesKey } from './keys/layout.js'
 import type { ResolvedOptions } from './options.js'
@@ -92,6 +93,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
     breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
+    slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
     overrides: new Overrides(client, overridesKey(options.prefix), clock, fastify.log),
     bans: new Bans(client, bansKey(options.prefix), clock, fastify.log, identityContext(fastify, options, clock)),
@@ -114,12 +116,14 @@ export function compileContext (
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
     hook: options.hook,
-    periodNow: options.periodClock ?? runtime.clock
+    periodNow: options.periodClock ?? runtime.clock,
+    lease: options.lease
   }
 }
 
 /** Stops what the runtime started: the store, the override and ban polls, the local limiter, metrics. */
 export function closeRuntime (runtime: PluginRuntime): void {
+  runtime.slots.close()
   runtime.store.close()
   runtime.overrides.close()
   runtime.bans.close()

@@ -13,14 +13,17 @@
 --     s, cost          (s > 0) one block of spec s, charged, no penalty: the
 --                      common case; its one key is next in KEYS
 --     0, n, mode, then n pairs (spec, cost)
---                      any decision: mode '' = charge, '1' = peek; its n block
---                      keys, then one penalty key per block whose spec has a
+--                      any decision: mode '' = charge, '1' = peek (a
+--                      concurrency block's cost is the request's slot id,
+--                      concurrency.lua); its n block keys, then one penalty key per block whose spec has a
 --                      penalty, are next in KEYS
 --     -1, n, then n entries of ADJUST_STRIDE values (kind, spec, units, elapsed)
 --                      adjustments after a decision (Store.adjust): kind 'u' =
 --                      signed units on spec's block, spent `elapsed` ms ago
 --                      (< 0 give back: the algorithm's mode 2; > 0 charge, never
---                      refused: its mode 3); one key per entry is next in KEYS
+--                      refused: its mode 3); kind 'x' = release the slot id
+--                      given as units (concurrency.lua's mode 2), 'n' = renew
+--                      it (mode 3); one key per entry is next in KEYS
 --
 -- The common case runs its algorithm straight: no table, no closure per
 -- decision. Several blocks go through decideAll (all-or-nothing). Each
@@ -118,14 +121,15 @@ local function decide (at, k, n, modeArg)
   local p = k + n
   for i = 1, n do
     local s = tonumber(ARGV[at + (i - 1) * 2])
-    keys[i], spec[i], cost[i] = KEYS[k + i - 1], s, tonumber(ARGV[at + (i - 1) * 2 + 1])
+    local c = ARGV[at + (i - 1) * 2 + 1]
+    keys[i], spec[i], cost[i] = KEYS[k + i - 1], s, tonumber(c) or c
     fns[i], limits[i], windows[i], bursts[i], shadows[i] = sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s]
     if sPenalty[s] ~= '' then
       pkeys[i] = KEYS[p]
       p = p + 1
     end
   end
-  if mode ~= 2 then
+  if mode < 2 then
     local blocked = penalized(spec, pkeys, n)
     if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
   end
@@ -137,6 +141,13 @@ end
 -- One adjustment entry on KEYS[k], its values at ARGV[b]: 1 when it changed something.
 local function adjustOne (k, b)
   local kind, s = ARGV[b], tonumber(ARGV[b + 1])
+  -- a slot's release ('x') or renewal ('n'): the slot id in place of the units (concurrency.lua)
+  if kind == 'x' or kind == 'n' then
+    local mode = 2
+    if kind == 'n' then mode = 3 end
+    if sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], ARGV[b + 2], now, mode) == 1 then return 1 end
+    return 0
+  end
   local units, elapsed = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   if kind ~= 'u' then error('unknown adjustment kind ' .. tostring(kind)) end
   local mode = 3

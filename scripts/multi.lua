@@ -7,7 +7,8 @@
 --   KEYS[i]   state key of block i (all keys of one request share one hash tag)
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
---             cost, spent <ms> ago (returns one 1/0 per block: given back or not)
+--             cost, spent <ms> ago (returns one 1/0 per block: given back or not;
+--             for a concurrency block, whose cost is the slot id: its slot released)
 --   then per block i, at 2 + (i - 1) * MULTI_STRIDE: algorithm number (1-based,
 --   ALGORITHMS order), limit, windowMs, burst, cost, shadow ('1' = decided and
 --   recorded, never blocks the request)
@@ -61,7 +62,8 @@ local function multi (KEYS, ARGV)
   for i = 1, n do
     local b = 2 + (i - 1) * MULTI_STRIDE
     fns[i] = algorithms[tonumber(ARGV[b + 1])]
-    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    -- a concurrency block's cost is the request's slot id (never a number)
+    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
     shadows[i] = ARGV[b + 6] == '1'
   end
   return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)

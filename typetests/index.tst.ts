@@ -13,6 +13,7 @@ import rateLimit, {
   fastifyRedisRateLimit,
   METRICS,
   type AlgorithmName,
+  type AnyRateLimitBlock,
   type DecisionMessage,
   type FailurePolicy,
   type HeaderMode,
@@ -31,6 +32,7 @@ import rateLimit, {
   type RateLimitBanKind,
   type RateLimitOverride,
   type RateLimitBlock,
+  type RateLimitConcurrencyBlock,
   type RateLimitDecision,
   type RateLimitHook,
   type RateLimitIdentity,
@@ -39,6 +41,7 @@ import rateLimit, {
   type RedisClientLike,
   type RateLimitPolicyDecision,
   type RateLimitRefusal,
+  type RateLimitSlot,
   type RateLimitStats,
   type RouteRateLimit,
   type StoreErrorMessage,
@@ -96,7 +99,7 @@ describe('the plugin', () => {
   })
 
   test('defaultLimit: a block or an array of blocks', () => {
-    expect<RateLimitPluginOptions['defaultLimit']>().type.toBe<RateLimitBlock | RateLimitBlock[] | undefined>()
+    expect<RateLimitPluginOptions['defaultLimit']>().type.toBe<AnyRateLimitBlock | AnyRateLimitBlock[] | undefined>()
     expect(app.register(rateLimit, { defaultLimit: [{ limit: 10, window: '1s' }, { limit: 1000, window: '1h', algorithm: 'fixed-window' }] })).type.not.toRaiseError()
     expect(app.register(rateLimit, { defaultLimit: false })).type.toRaiseError()
   })
@@ -217,7 +220,8 @@ describe('route config: config.rateLimit', () => {
   })
 
   test('RouteRateLimit is what the key accepts, for a configKey of your own', () => {
-    expect<RouteRateLimit>().type.toBe<RateLimitBlock | RateLimitBlock[] | false>()
+    expect<RouteRateLimit>().type.toBe<AnyRateLimitBlock | AnyRateLimitBlock[] | false>()
+    expect<AnyRateLimitBlock>().type.toBe<RateLimitBlock | RateLimitConcurrencyBlock>()
     expect<RouteRateLimit>().type.toBeAssignableFrom<false>()
     expect<RouteRateLimit>().type.not.toBeAssignableFrom<true>()
   })
@@ -261,6 +265,19 @@ describe('decorations', () => {
     expect(app.rateLimit.listBans()).type.toBe<Promise<RateLimitBan[]>>()
     expect(Fastify().rateLimit).type.toBe<RateLimitApi>()
   })
+
+  test('concurrency blocks and acquire()', async () => {
+    expect(app.get('/export', { config: { rateLimit: { concurrency: 2, by: 'user' } } }, async () => 'ok')).type.not.toRaiseError()
+    expect(app.get('/llm', { config: { rateLimit: [{ concurrency: { default: 2, pro: 10 } }, { limit: 100, window: '1m' }] } }, async () => 'ok')).type.not.toRaiseError()
+    expect(app.get('/x', { config: { rateLimit: { concurrency: 2, cost: 2 } } }, async () => 'ok')).type.toRaiseError()
+    expect(app.get('/y', { config: { rateLimit: { concurrency: 2, window: '1m' } } }, async () => 'ok')).type.toRaiseError()
+    expect(app.register(rateLimit, { lease: '30s', globalLimits: [{ concurrency: 20, by: 'ip' }] })).type.not.toRaiseError()
+    const slot = await app.rateLimit.acquire('exports', { user: 'alice' })
+    expect(slot).type.toBe<RateLimitSlot>()
+    expect(slot.release).type.toBe<() => void>()
+    expect(slot.allowed).type.toBe<boolean>()
+    expect(app.rateLimit.acquire).type.not.toBeCallableWith('exports', { user: 1 })
+  })
 })
 
 describe('every exported type', () => {
@@ -287,7 +304,7 @@ describe('every exported type', () => {
     expect<PolicyBlockSummary['settles']>().type.toBe<boolean>()
     expect<RateLimitDecision['tier']>().type.toBe<string | undefined>()
     expect<RateLimitPolicyDecision['shadow']>().type.toBe<boolean>()
-    expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName>()
+    expect<PolicyBlockSummary['algorithm']>().type.toBe<AlgorithmName | 'concurrency'>()
     expect<PolicyBlockSummary['period']>().type.toBe<RateLimitPeriod | undefined>()
     expect<PolicyBlockSummary['timeZone']>().type.toBe<string | undefined>()
     expect<RateLimitPeriod>().type.toBe<'day' | 'week' | 'month' | 'year'>()

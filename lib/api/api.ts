@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
+import { holdSlots, newSlotId } from '../decide/slots.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
@@ -18,7 +19,7 @@ import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
 import type { Adjustment, BlockRun } from '../store/port.js'
 
 /*
- * fastify.rateLimit: list, peek, reset, consume and adjust, for tooling and for limits
+ * fastify.rateLimit: list, peek, reset, consume, acquire and adjust, for tooling and for limits
  * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`),
  * by a block name (a route's or a global block's), or by a name from the
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
@@ -89,7 +90,7 @@ function namedBlocks (policy: CompiledPolicy, target: string): boolean[] {
 
 /**
  * adjust: the caller's usage of every block of the target that can change it
- * after the fact (not sliding-log), by signed units, in one store call, never
+ * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
  * refused.
  */
 async function adjustUsage (policy: CompiledPolicy, target: string, identity: RateLimitIdentity, units: number, overrides: Overrides, runtime: Runtime): Promise<string[]> {
@@ -98,7 +99,8 @@ async function adjustUsage (policy: CompiledPolicy, target: string, identity: Ra
   const entries: Adjustment[] = []
   const names: string[] = []
   policy.blocks.forEach((block, i) => {
-    if (chosen[i] !== true || block.algorithm === 'sliding-log') return
+    // A concurrency block counts requests in flight, not units: acquire() and release() change it.
+    if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
     entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units, elapsedMs: 0 })
     names.push(block.name)
   })
@@ -204,6 +206,16 @@ export function createApi (
       const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
     },
+    async acquire (target, identity) {
+      const policy = registry.find(target, 'acquire')
+      if (!policy.concurrency) {
+        throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
+      }
+      const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
+      const evaluation = await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)
+      const held = holdSlots(runtime, input, evaluation, log)
+      return { ...evaluation.decision, release: () => { held?.release() } }
+    },
     async setOverride (input) {
       const record = await overrideRecord(registry, input, runtime.clock())
       await overrides.set(record)
@@ -239,7 +251,10 @@ export function policyTable (summaries: PolicySummary[]): string {
     }
     for (const block of summary.limits) {
       const limit = block.tiers === undefined ? String(block.limit) : Object.entries(block.tiers).map(([tier, values]) => `${tier}=${values.limit}`).join(' ')
-      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, block.period === undefined ? `${block.windowMs}ms` : `${block.period} (${block.timeZone ?? 'UTC'})`, String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
+      // A concurrency block's window is its slots' lease; it has no burst.
+      const slots = block.algorithm === 'concurrency'
+      const span = block.period === undefined ? `${slots ? 'lease ' : ''}${block.windowMs}ms` : `${block.period} (${block.timeZone ?? 'UTC'})`
+      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, span, slots ? '' : String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
     }
   }
   const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))

@@ -3,6 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { Charge } from './decision-math.js'
 import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
+import type { SlotKeeper } from './slots.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { MemoryStore } from '../store/memory/store.js'
@@ -39,6 +40,8 @@ export interface Runtime {
   breaker: CircuitBreaker | undefined
   /** onRedisError 'local': this instance's own limiter, created at its first call and the same after. */
   localStore: () => MemoryStore
+  /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */
+  slots: SlotKeeper
 }
 
 /** One decision to take: the policy, the runs for the caller's tier, and one key and cost per block. */
@@ -47,6 +50,8 @@ export interface DecisionInput {
   runs: readonly BlockRun[]
   keys: readonly string[]
   costs: readonly number[]
+  /** This request's slot id, when some block is a concurrency block (see slots.ts newSlotId). */
+  slot?: string
 }
 
 /** Where a decision is reported: the request's logger and the name logs and metrics use. */

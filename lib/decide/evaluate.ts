@@ -8,6 +8,7 @@ import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types.js'
+import { isSlotRun } from '../store/port.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
@@ -30,7 +31,7 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
     const run = runs[i]
     const key = keys[i]
     const cost = costs[i]
-    if (run === undefined || run.shadow || key === undefined || cost === undefined) continue
+    if (run === undefined || run.shadow || key === undefined || cost === undefined || isSlotRun(run)) continue
     const entry = denyCache.get(key, cost, now, run)
     if (entry === undefined) continue
     cached ??= new Array<RawDecision | undefined>(runs.length)
@@ -49,6 +50,8 @@ function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions
     const key = keys[i]
     const cost = costs[i]
     if (run === undefined || run.shadow || decision === undefined || decision.allowed || key === undefined || cost === undefined) continue
+    // A slot may free at any moment: a concurrency refusal is never cached.
+    if (isSlotRun(run)) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
     const until = now + decision.retryAfterMs

@@ -1,5 +1,5 @@
 import { createHash, createHmac } from 'node:crypto'
-import type { AlgorithmName } from '../store/algorithms.js'
+import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
 
 /*
  * The whole key layout, and the one place keys are assembled. Every key of
@@ -10,8 +10,8 @@ import type { AlgorithmName } from '../store/algorithms.js'
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
  * <suffix> is the algorithm's two letters and the window in ms (`sw60000`;
- * compact forms for longer windows and calendar periods: keySuffix), plus
- * `.<index>` for a same-suffix sibling. Limits and tiers are not part of
+ * compact forms for longer windows and calendar periods: keySuffix), or `cc`
+ * for a concurrency block's slots, plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
  * a key, so a new limit or tier keeps the count. Blocks with different `by`
  * cannot share a tag (a startup error with a Cluster client only).
  *
@@ -111,11 +111,14 @@ const DECIMAL_SUFFIX_MAX_MS = 86_400_000
  * - a window up to a day: `sw60000` (the algorithm, the window in ms);
  * - a longer window: `sw~` + the ms in base 36 (`sw~eiz5s00` for 366 days;
  *   `~` never appears in the decimal form, so the two cannot meet);
+ * - a concurrency block: `cc` (a sorted set of leased slots; the lease is not
+ *   part of it, so a new lease keeps the slots in flight);
  * - a calendar period: `fp` + its unit's letter + 7 characters of SHA-256 over
  *   the time zone (as declared) and weekStart (`fpmX3k9aQ2`). The period's start is in the
  *   state (fixed-window's index), so one key serves every period.
  */
-export function keySuffix (algorithm: AlgorithmName, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
+export function keySuffix (algorithm: RunAlgorithm, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
+  if (algorithm === 'concurrency') return 'cc'
   if (period !== undefined) return 'fp' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
   if (windowMs <= DECIMAL_SUFFIX_MAX_MS) return SUFFIX[algorithm] + windowMs
   return `${SUFFIX[algorithm]}~${windowMs.toString(36)}`

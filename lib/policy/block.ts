@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ALGORITHMS, type AlgorithmName } from '../store/algorithms.js'
+import { ALGORITHMS, CONCURRENCY_NUMBER, DEFAULT_LEASE_MS, type RunAlgorithm } from '../store/algorithms.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod, keySuffix } from '../keys/layout.js'
@@ -32,7 +32,7 @@ export { FALLBACK_TIER } from './block-fields.js'
 /** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
-  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart'
+  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart', 'concurrency'
 ])
 
 export type RefundPredicate = (reply: FastifyReply) => boolean
@@ -45,7 +45,8 @@ export interface BlockPosition { index: number, of: number, global: boolean }
 
 export interface CompiledBlock {
   name: string
-  algorithm: AlgorithmName
+  /** 'concurrency' for a concurrency block (policy/concurrency.ts). */
+  algorithm: RunAlgorithm
   /** The run for the fallback tier (or the only one). */
   base: BlockRun
   /** Per-tier runs, when limit or burst is a tier map. */
@@ -91,6 +92,8 @@ export interface CompileContext extends IdentityContext {
   hook?: RateLimitHook
   /** The clock Node computes calendar-period boundaries with (the plugin clock; a test may skew it); default Date.now. */
   periodNow?: () => number
+  /** The plugin option `lease` (ms): how long a concurrency slot outlives its last renewal. */
+  lease?: number
 }
 
 /** A block as declared: its fields by name. */
@@ -155,7 +158,7 @@ function readChoices (input: Fields, context: CompileContext, position: BlockPos
 }
 
 /** The reply and request predicates: refundOn and skip. */
-function readPredicates (input: Fields, algorithm: AlgorithmName, position: BlockPosition, fail: Fail): Predicates {
+function readPredicates (input: Fields, algorithm: RunAlgorithm, position: BlockPosition, fail: Fail): Predicates {
   const { refundOn, skip } = input
   if (refundOn !== undefined && typeof refundOn !== 'function') {
     fail('refundOn', `must be a function (reply) => boolean (got ${typeof refundOn})`)
@@ -242,7 +245,7 @@ export function compileBlock (
   const site = blockSite(method, url, source, position)
   const { fail } = site
   const input = readFields(block, position, fail)
-  const shape = readShape(input, fail, context.periodNow)
+  const shape = readShape(input, fail, context.periodNow, context.lease ?? DEFAULT_LEASE_MS)
   const cost = readCost(input, shape, fail)
   const choices = readChoices(input, context, position, fail)
   const predicates = readPredicates(input, shape.algorithm, position, fail)
@@ -255,7 +258,7 @@ export function compileBlock (
   const { algorithm, bursty, windowMs } = shape
   const runSpec: RunSpec = {
     algorithm,
-    algorithmNumber: ALGORITHMS.indexOf(algorithm) + 1,
+    algorithmNumber: algorithm === 'concurrency' ? CONCURRENCY_NUMBER : ALGORITHMS.indexOf(algorithm) + 1,
     windowMs,
     bursty,
     burstDeclared: shape.bursts !== undefined,

@@ -7,7 +7,7 @@ import { choiceProblem, isCount, shown } from './validate.js'
  * What a block counts over: exactly one of these fields. A third kind
  * (`concurrency`) joins by being added here.
  */
-export const BLOCK_KINDS = ['window', 'period'] as const
+export const BLOCK_KINDS = ['window', 'period', 'concurrency'] as const
 export type BlockKind = typeof BLOCK_KINDS[number]
 
 /** The block's kind; a block with none is a window block (whose own error says what is missing). */

@@ -1,10 +1,11 @@
-import type { AlgorithmName } from '../store/algorithms.js'
+import type { RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun, Penalty } from '../store/port.js'
 import type { CalendarPeriod } from '../store/periods.js'
 
 /** What every run of one block shares: fixed at compile time, whatever the limit. */
 export interface RunSpec {
-  algorithm: AlgorithmName
+  /** 'concurrency': slots, `windowMs` being their lease. */
+  algorithm: RunAlgorithm
   /** 1-based position in ALGORITHMS. */
   algorithmNumber: number
   windowMs: number

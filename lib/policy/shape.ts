@@ -1,14 +1,16 @@
-import { ALGORITHMS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName } from '../store/algorithms.js'
+import { ALGORITHMS, DEFAULT_LEASE_MS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
 import type { CalendarPeriod } from '../store/periods.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'
 import { parseWindow } from './duration.js'
-import { NOMINAL_PERIOD_MS, readKind, readPeriod } from './period.js'
+import { NOMINAL_PERIOD_MS, readKind, readPeriod, type BlockKind } from './period.js'
 import { buildRun, type RunSpec } from './run.js'
+import { concurrencyShape } from './concurrency.js'
 
 /** The numbers of a block: algorithm, window, and its limit and burst per tier. */
 export interface Shape {
-  algorithm: AlgorithmName
+  /** 'concurrency' for a concurrency block (its window is the slots' lease). */
+  algorithm: RunAlgorithm
   /** token-bucket and gcra: `burst` is a capacity of its own. */
   bursty: boolean
   maxLimit: number
@@ -30,8 +32,8 @@ function maxLimitText (algorithm: AlgorithmName, windowMs: number, maxLimit: num
 }
 
 /** The algorithm, window (or period) of a block. */
-function readCounting (input: Record<string, unknown>, fail: Fail, periodNow: () => number): Pick<Shape, 'algorithm' | 'windowMs' | 'period'> {
-  if (readKind(input, fail) === 'period') {
+function readCounting (input: Record<string, unknown>, kind: BlockKind, fail: Fail, periodNow: () => number): { algorithm: AlgorithmName, windowMs: number, period: CalendarPeriod | undefined } {
+  if (kind === 'period') {
     const period = readPeriod(input, fail, periodNow)
     return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period }
   }
@@ -44,8 +46,10 @@ function readCounting (input: Record<string, unknown>, fail: Fail, periodNow: ()
   return { algorithm, windowMs, period: undefined }
 }
 
-export function readShape (input: Record<string, unknown>, fail: Fail, periodNow: () => number = Date.now): Shape {
-  const { algorithm, windowMs, period } = readCounting(input, fail, periodNow)
+export function readShape (input: Record<string, unknown>, fail: Fail, periodNow: () => number = Date.now, leaseMs = DEFAULT_LEASE_MS): Shape {
+  const kind = readKind(input, fail)
+  if (kind === 'concurrency') return concurrencyShape(input, leaseMs, fail)
+  const { algorithm, windowMs, period } = readCounting(input, kind, fail, periodNow)
   const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
   const maxLimit = maxLimitFor(algorithm, windowMs)
   const maxText = maxLimitText(algorithm, windowMs, maxLimit)

@@ -24,6 +24,7 @@ import type { HeaderMode } from '../types.js'
  * - The legacy trio shows the binding policy; X-RateLimit-Reset keeps "until
  *   fully restored" (admitted) or the retry delay (refused).
  * - No field on a 3xx (draft §6: a low `r` could stop a client following it).
+ * - A concurrency block states its slots (`qu="concurrent-requests"`, no `w`, no `t`).
  */
 
 /** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
@@ -52,6 +53,7 @@ interface RunHeader {
  * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
  */
 function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
+  if (run.algorithm === 'concurrency') return renderSlots(run, block)
   const { limit, burst } = run.params
   const windowMs = run.period?.lengthMs() ?? run.params.windowMs
   const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
@@ -62,6 +64,19 @@ function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
   const header: RunHeader = { name, item, quota, windowSeconds }
   if (run.period !== undefined) header.periodStart = run.period.bounds()[1]
   return header
+}
+
+/**
+ * A concurrency block: `"name";q=N;qu="concurrent-requests"` (draft-10's
+ * registered quota unit), no `w`: slots do not refill over time. `r` is the
+ * free slots; no `t` (nextMs is 0: a slot frees when a request ends). The
+ * legacy reset of a refusal is its Retry-After, 1 s.
+ */
+function renderSlots (run: BlockRun, block: CompiledBlock): RunHeader {
+  const name = sfString(block.name)
+  const quota = run.params.limit
+  const item = `${name};q=${quota};qu="concurrent-requests"` + (run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`)
+  return { name, item, quota, windowSeconds: 1 }
 }
 
 /** A run belongs to one block, so the run alone keys its strings. */

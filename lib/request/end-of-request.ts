@@ -2,7 +2,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import type { Adjustment, BlockRun } from '../store/port.js'
+import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
+import type { HeldSlots } from '../decide/slots.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
 
@@ -24,9 +25,16 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  *   in ONE `store.adjust` call (one batch entry, one hash slot); a failed
  *   call is logged and dropped. Nothing here delays or fails the response:
  *   it has closed already.
- * - To add a kind of entry (a concurrency slot's release): a kind in
- *   store/port.ts `Adjustment`, a source called in `ended`, and the policy
- *   flag (`endOfRequest`) that makes the route hook track the request.
+ * - Concurrency slots held for the request (decide/slots.ts) are released
+ *   by the same call: one idempotent release entry per slot, taken off the
+ *   keeper (so renewals stop) in the tick the response closed. A call of
+ *   releases alone is retried after a failure (Store.adjustSlots); when a
+ *   call that also carries refunds or settles fails, its releases are sent
+ *   again alone (the units are never sent twice). Slots taken by this
+ *   instance's local limiter (onRedisError 'local') are released there.
+ * - To add a kind of entry: a kind in store/port.ts `Adjustment`, a source
+ *   called in `ended`, and the policy flag (`endOfRequest`) that makes the
+ *   route hook track the request.
  */
 
 /** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
@@ -35,6 +43,8 @@ export interface Ending {
   input: DecisionInput
   decisions: ReadonlyArray<RawDecision | undefined>
   at: number
+  /** The concurrency slots the request holds, if any. */
+  slots?: HeldSlots | undefined
 }
 
 /** Whether block i charged this request (every admitted decision was charged). */
@@ -65,6 +75,15 @@ function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
     out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, elapsedMs })
   }
   return out
+}
+
+/** The slots' release entries for the store call; slots of the local limiter are released there at once. */
+function releases (ending: Ending, runtime: Runtime): SlotAdjustment[] {
+  const held = ending.slots
+  if (held === undefined) return []
+  if (held.store === runtime.store) return held.take()
+  held.release()
+  return []
 }
 
 /** Calls `settle(request, reply)`; a promise it returns is awaited at most identityTimeout ms. */
@@ -118,7 +137,7 @@ function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
 /** Sends the adjustments in one store call; a failure is logged once per burst (as store failures are) and dropped. */
 async function send (entries: readonly Adjustment[], request: FastifyRequest, runtime: Runtime, route: string): Promise<boolean> {
   try {
-    await runtime.store.adjust(entries)
+    await (onlySlots(entries) ? runtime.store.adjustSlots(entries) : runtime.store.adjust(entries))
     return true
   } catch (error) {
     runtime.failures.report(request.log, { err: error, route }, 'rate limit end-of-request adjustment failed: usage not changed')
@@ -129,12 +148,20 @@ async function send (entries: readonly Adjustment[], request: FastifyRequest, ru
 /** The request ended: every source's entries in one store call; stats count requests whose call succeeded. */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
   const refunded = refunds(ending, request, reply, runtime)
+  // Taken in the tick the response closed: renewals stop now, whatever a settle awaits.
+  const released = releases(ending, runtime)
   let settled = settles(ending, request, reply, runtime)
   if (settled instanceof Promise) settled = await settled
-  const entries = settled.length === 0 ? refunded : [...refunded, ...settled]
-  if (entries.length === 0 || !(await send(entries, request, runtime, ending.policy.route))) return
-  if (refunded.length > 0) runtime.stats.refunded++
-  if (settled.length > 0) runtime.stats.settled++
+  const units = settled.length === 0 ? refunded : [...refunded, ...settled]
+  const entries = released.length === 0 ? units : [...units, ...released]
+  if (entries.length === 0) return
+  if (await send(entries, request, runtime, ending.policy.route)) {
+    if (refunded.length > 0) runtime.stats.refunded++
+    if (settled.length > 0) runtime.stats.settled++
+    return
+  }
+  // The units were sent at most once; the slots' releases are idempotent: alone, they are retried.
+  if (units.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
 }
 
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */
@@ -145,6 +172,7 @@ export function trackEnd (request: FastifyRequest, reply: FastifyReply, ending: 
       runtime.failures.report(request.log, { err: error, route: ending.policy.route }, 'rate limit end of request failed: usage not changed')
     })
   }
-  if (raw.closed) queueMicrotask(fire)
+  // Closed already (the client left while the store decided): no 'close' event is coming.
+  if (raw.closed || raw.destroyed || request.raw.destroyed) queueMicrotask(fire)
   else raw.once('close', fire)
 }

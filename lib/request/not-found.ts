@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunc
 import { compilePolicy, type CompileContext, type CompiledBlock } from '../policy/policy.js'
 import { listPolicy, ownBlockNames, type Listing } from '../policy/summary.js'
 import type { RateLimitBlock } from '../types.js'
+import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import { createRouteHook, type RouteRuntime } from './route-hook.js'
 
 /** The key's route segment of every not-found request: no real route has this URL. */
@@ -29,6 +30,11 @@ export function limitNotFound ({ fastify, declared, context, globals, listing, r
     : { name: 'not-found', ...declared }
   const { method, url } = NOT_FOUND_ROUTE
   const policy = compilePolicy(named, method, url, context, 'declared', globals)
+  // A 404 is answered at once: a slot would hold nothing, and its release would need a route.
+  const slots = policy.blocks.find((block) => block.algorithm === 'concurrency' && !block.global)
+  if (slots !== undefined) {
+    throw new FST_RRL_INVALID_OPTION('notFound', `has a concurrency block (${JSON.stringify(slots.name)}): limit not-found requests by rate (limit and window)`)
+  }
   listPolicy(listing, { method, url }, policy, [`${method} ${url}`, ...ownBlockNames(policy)])
   const hook = createRouteHook(policy, runtime)
   fastify.addHook(policy.needsBody ? 'preValidation' : 'onRequest', function rateLimitNotFound (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {

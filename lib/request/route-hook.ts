@@ -10,12 +10,13 @@ import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
 import { trackEnd } from './end-of-request.js'
+import { holdSlots, newSlotId } from '../decide/slots.js'
 
 /*
  * The Fastify side of a route's limit: operator bans (ban-refusal.ts), what
  * one request contributes (inputs.ts), the decision (decide/), then headers
  * and either continue or a refusal; end-of-request.ts changes usage when the
- * request ends (refundOn, settle).
+ * request ends (refundOn, settle) and gives back its concurrency slots.
  */
 
 /** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
@@ -31,7 +32,9 @@ export interface RouteRuntime extends InputRuntime, BanRuntime {
 function withRuns (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime, tier: string | undefined, limits: Array<number | undefined> | undefined, keys: string[]): DecisionInput {
   const tierRuns = runsForTier(policy, tier)
   const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
-  return { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
+  const input: DecisionInput = { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
+  if (policy.concurrency) input.slot = newSlotId()
+  return input
 }
 
 /** Tier, limits and keys start together; a Promise only when an async function made one. */
@@ -43,6 +46,20 @@ function decisionInput (policy: CompiledPolicy, request: FastifyRequest, runtime
     return Promise.all([tier, limits, keys]).then(([t, l, k]) => withRuns(policy, request, runtime, t, l, k))
   }
   return withRuns(policy, request, runtime, tier, limits, keys)
+}
+
+/**
+ * An admitted request's end is tracked when the store charged it (its refunds
+ * and settles) or when it holds slots (a concurrency block; with onRedisError
+ * 'local', on this instance's limiter, whose decisions are never refunded to
+ * the store). Right after the decision: nothing may throw between taking a
+ * slot and arranging its release.
+ */
+function trackAdmitted (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, input: DecisionInput, evaluation: Evaluation, runtime: RouteRuntime): void {
+  const slots = policy.concurrency ? holdSlots(runtime, input, evaluation, request.log) : undefined
+  const charged = !evaluation.decision.degraded
+  if (!charged && slots === undefined) return
+  trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], at: runtime.clock(), slots }, runtime)
 }
 
 /**
@@ -84,16 +101,14 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) 
     if (input instanceof Promise) input = await input
     const evaluation = await evaluate(input, { log: request.log, route, source: 'store' }, runtime)
     request.rateLimit = evaluation.decision
+    if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(request, reply, policy, input, evaluation, runtime)
     if (evaluation.decision.degraded) {
       // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
       if (!evaluation.rejected) return undefined
       return refuse(request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
     }
     writeHeaders(reply, input, evaluation)
-    if (!evaluation.rejected) {
-      if (policy.endOfRequest) trackEnd(request, reply, { policy, input, decisions: evaluation.decisions, at: runtime.clock() }, runtime)
-      return undefined
-    }
+    if (!evaluation.rejected) return undefined
     return refuse(request, reply, evaluation, 429)
   }
 }

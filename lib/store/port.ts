@@ -1,4 +1,4 @@
-import type { AlgorithmName, BlockParams, RawDecision } from './algorithms.js'
+import type { BlockParams, RawDecision, RunAlgorithm } from './algorithms.js'
 import type { PeriodBoundaries } from './periods.js'
 
 /*
@@ -9,8 +9,9 @@ import type { PeriodBoundaries } from './periods.js'
 
 /** The numbers one block runs with for one tier (or for all, without tiers). */
 export interface BlockRun {
-  algorithm: AlgorithmName
-  /** 1-based position in ALGORITHMS: the multi script's algorithm number. */
+  /** 'concurrency': in-flight slots, `limit` of them, leased for `windowMs` (see scripts/concurrency.lua). */
+  algorithm: RunAlgorithm
+  /** 1-based position in ALGORITHMS (CONCURRENCY_NUMBER for slots): the scripts' algorithm number. */
   algorithmNumber: number
   params: BlockParams
   /** limit, windowMs, burst as script arguments. */
@@ -66,6 +67,13 @@ export interface StoreRequest {
   runs: readonly BlockRun[]
   keys: readonly string[]
   costs: readonly number[]
+  /** The request's slot id (its sorted-set member) for its concurrency runs; none without them. */
+  slot?: string
+}
+
+/** Whether a run counts in-flight slots (a concurrency block) rather than units. */
+export function isSlotRun (run: BlockRun): boolean {
+  return run.algorithm === 'concurrency'
 }
 
 /**
@@ -87,11 +95,28 @@ export interface UnitsAdjustment {
 }
 
 /**
- * One entry of `Store.adjust`. A new kind (a concurrency slot's release) joins
+ * A concurrency slot's release (ZREM, idempotent) or renewal (its lease
+ * starts again from now, if it is still held): `slot` is the request's slot
+ * id, its sorted-set member (scripts/concurrency.lua).
+ */
+export interface SlotAdjustment {
+  kind: 'release' | 'renew'
+  run: BlockRun
+  key: string
+  slot: string
+}
+
+/**
+ * One entry of `Store.adjust`. A new kind joins
  * this union, with its encoding in redis/protocol.ts (adjustCall), its branch
  * in scripts/batch.lua (adjustOne) and in the memory store (adjustOne).
  */
-export type Adjustment = UnitsAdjustment
+export type Adjustment = UnitsAdjustment | SlotAdjustment
+
+/** Whether every entry is a slot's release or renewal (an idempotent call). */
+export function onlySlots (entries: readonly Adjustment[]): entries is readonly SlotAdjustment[] {
+  return entries.every((entry) => entry.kind !== 'units')
+}
 
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
@@ -111,6 +136,13 @@ export interface Store {
    * it changed anything. Rejects on any failure, like `decide`.
    */
   adjust: (entries: readonly Adjustment[]) => Promise<boolean[]>
+  /**
+   * adjust() of slot entries alone: idempotent, so the Redis store sends it
+   * apart from other calls, never defuses it, and tries it again after a
+   * failure (RELEASE_TRIES in all). Rejects when every try failed: the lease
+   * reclaims the slots then.
+   */
+  adjustSlots: (entries: readonly SlotAdjustment[]) => Promise<boolean[]>
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */

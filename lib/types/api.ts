@@ -41,7 +41,8 @@ export interface RateLimitPolicyDecision {
 /** One block of a route's (or a named policy's) limits. */
 export interface PolicyBlockSummary {
   name: string
-  algorithm: AlgorithmName
+  /** `'concurrency'` for a concurrency block: then `limit` is its `concurrency`, `windowMs` the slots' lease and `burst` equals `limit`. */
+  algorithm: AlgorithmName | 'concurrency'
   /** The `default` tier's values when the block has tiers. */
   limit: number
   /** The window; for a calendar period, the current period's length (read when `policies()` is called). */
@@ -194,6 +195,16 @@ export interface RateLimitBan {
   setAt: number
 }
 
+/** What `acquire()` returns: the decision, and the slot it took (when admitted). */
+export interface RateLimitSlot extends RateLimitDecision {
+  /**
+   * Gives the slot back, once (later calls do nothing). Until then this
+   * instance renews it every lease / 3. Does nothing when no slot was taken
+   * (refused, or the store failed and onRedisError let the caller through).
+   */
+  release: () => void
+}
+
 export interface RateLimitApi {
   /** Every route the plugin has seen, with its effective limit. */
   policies: () => PolicySummary[]
@@ -212,6 +223,14 @@ export interface RateLimitApi {
    * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
    */
   consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /**
+   * Takes a slot of every concurrency block of `target` for the caller (and
+   * charges its rate blocks one unit, all-or-nothing, as consume does), for
+   * work outside HTTP requests. Check `allowed`; call `release()` when the work
+   * ends. Never throws for a store failure: onRedisError decides, and the slot's
+   * release() then does nothing (`'local'`: it gives back the local slot).
+   */
+  acquire: (target: string, identity: RateLimitIdentity) => Promise<RateLimitSlot>
   /**
    * Changes the caller's usage by `units` (a signed integer: positive charges,
    * negative gives back) on every block of `target` that supports it (all but

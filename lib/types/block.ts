@@ -123,6 +123,32 @@ export interface RateLimitBlockFields {
   skip?: SkipPredicate
 }
 
+/**
+ * A concurrency block: at most `concurrency` requests of one identity in
+ * flight across the fleet (a tier map needs `default`). A slot is taken in the
+ * same script call as the route's other blocks and given back when the
+ * response closes (after it finished, on a client abort, on a timeout); a
+ * crashed instance's slots are reclaimed after the plugin's `lease`.
+ * Refused: 429 with `Retry-After: 1`. See docs/concurrency.md.
+ */
+export interface RateLimitConcurrencyBlock extends Pick<RateLimitBlock, 'by' | 'onRedisError' | 'name' | 'mode' | 'hook' | 'skip'> {
+  /** Requests in flight per identity, at most (1 to 10,000), or a tier map. */
+  concurrency: TieredCount
+  /** This instance's own cap while Redis is unavailable (`onRedisError: 'local'`); default `concurrency / fleetSize`. */
+  localLimit?: number
+  limit?: never
+  window?: never
+  algorithm?: never
+  burst?: never
+  cost?: never
+  penalty?: never
+  refundOn?: never
+  requestLimit?: never
+}
+
+/** Any block a route, `globalLimits`, `defaultLimit` or `policies` may declare. */
+export type AnyRateLimitBlock = RateLimitBlock | RateLimitConcurrencyBlock
+
 /** `allowList` as a function, and a block's `skip`: `true` lets the request through unlimited. */
 export type SkipPredicate = (request: FastifyRequest) => boolean | Promise<boolean>
 /** A block's `penalty`: see RateLimitBlock.penalty and docs/algorithms.md, "Penalties". */

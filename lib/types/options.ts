@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { RateLimitDecision } from './api.js'
 import type {
+  AnyRateLimitBlock,
   FailurePolicy,
   HeaderMode,
   IdentityFunction,
@@ -53,7 +54,7 @@ export interface RateLimitPluginOptions {
   /** First segment of every key; default `'rl'`. */
   prefix?: string
   /** Applied to routes that declare nothing (a block, or an array of blocks). Omit it for strict mode: every route must declare. */
-  defaultLimit?: RateLimitBlock | RateLimitBlock[]
+  defaultLimit?: AnyRateLimitBlock | AnyRateLimitBlock[]
   /** Route default when Redis fails or exceeds `timeout`; default `'open'`. */
   onRedisError?: FailurePolicy
   /** Milliseconds a decision may wait on Redis; default 50. */
@@ -91,7 +92,7 @@ export interface RateLimitPluginOptions {
    * routes (e.g. 300/min per user). Decided in the same script call as the
    * route's own blocks, all-or-nothing. Each block's `by` default applies.
    */
-  globalLimits?: RateLimitBlock[]
+  globalLimits?: AnyRateLimitBlock[]
   /**
    * Local deny cache: after the store refuses a key, this instance refuses it
    * by itself until the store's retry time. Default `{ max: 10000 }`; `false` turns it off.
@@ -102,7 +103,7 @@ export interface RateLimitPluginOptions {
   /** The tier of a request, for blocks whose `limit`/`burst` are tier maps; unknown or undefined → `default`. */
   tier?: (request: FastifyRequest) => string | undefined | Promise<string | undefined>
   /** Named limits outside HTTP routes, for `fastify.rateLimit.consume(name, identity)`. */
-  policies?: Record<string, RateLimitBlock | RateLimitBlock[]>
+  policies?: Record<string, AnyRateLimitBlock | AnyRateLimitBlock[]>
   /** Log a table of every route's limits at ready() (info level). Default false. */
   printPolicies?: boolean
   /** Record OpenTelemetry metrics when @opentelemetry/api is installed; default true. */
@@ -135,6 +136,12 @@ export interface RateLimitPluginOptions {
    */
   clock?: () => number
   /**
+   * How long a concurrency slot lasts without a renewal: each instance renews
+   * the slots it holds every lease / 3, so a crashed instance's slots free
+   * after at most this. Milliseconds or a duration string, 1 s to 1 day; default `'60s'`.
+   */
+  lease?: number | string
+  /**
    * The route config key this plugin reads (`config[configKey]`), and the name
    * of its instance decorator (`fastify[configKey]`); default `'rateLimit'`.
    * Another name lets it run beside `@fastify/rate-limit`, which reads
@@ -159,9 +166,9 @@ export interface RateLimitPluginOptions {
    * `rateLimit` (the decision), `retryAfter` and `violatedPolicies`; `Retry-After` is still set. Default false.
    */
   useErrorHandler?: boolean
-  /** Limit the not-found handler with this block (or blocks): every 404 of this context shares one bucket per caller. */
+  /** Limit the not-found handler with this block (or blocks): every 404 of this context shares one bucket per caller. No concurrency block (a 404 holds nothing for long). */
   notFound?: RateLimitBlock | RateLimitBlock[]
 }
 
 /** What a route may declare under the plugin's config key: a block, an array of blocks, or `false` to opt out. */
-export type RouteRateLimit = RateLimitBlock | RateLimitBlock[] | false
+export type RouteRateLimit = AnyRateLimitBlock | AnyRateLimitBlock[] | false

@@ -89,6 +89,13 @@ for (const withRedis of [false, true]) {
     t.same(internal.map((reply) => reply.status), Array(8).fill(200), 'allowList: internal callers are never limited')
     t.equal(internal[0]?.headers.ratelimit, undefined, 'and get no quota headers')
 
+    const renders = await Promise.all(Array.from({ length: 3 }, async () => await call(demo.base, '/render?ms=800', { headers: { 'x-forwarded-for': 'ignored' } })))
+    t.same(renders.map((reply) => reply.status).sort(), [200, 200, 429], 'render: at most 2 in flight per IP')
+    const busy = renders.find((reply) => reply.status === 429)
+    t.equal(busy?.headers['retry-after'], '1', 'a busy render says Retry-After: 1')
+    t.equal(renders.find((reply) => reply.status === 200)?.headers['ratelimit-policy'], '"renders";q=2;qu="concurrent-requests"')
+    t.equal((await call(demo.base, '/render?ms=0')).status, 200, 'the slots were given back')
+
     const scanner = { 'x-user-id': `scanner-${Date.now()}` }
     const missing = []
     for (let i = 0; i < 21; i++) missing.push((await call(demo.base, `/no-such-page-${i}`, { headers: scanner })).status)

@@ -56,6 +56,7 @@ const ERROR_EXPORTS = [
 /** Exported names that are types only (no value at run time). */
 const TYPE_EXPORTS = [
   'AlgorithmName',
+  'AnyRateLimitBlock',
   'DecisionMessage',
   'FailurePolicy',
   'HeaderMode',
@@ -69,6 +70,7 @@ const TYPE_EXPORTS = [
   'RateLimitBanKind',
   'RateLimitBlock',
   'RateLimitBlockFields',
+  'RateLimitConcurrencyBlock',
   'RateLimitDecision',
   'RateLimitHook',
   'RateLimitIdentity',
@@ -82,6 +84,7 @@ const TYPE_EXPORTS = [
   'RateLimitPolicyDecision',
   'RateLimitRefusal',
   'RateLimitReply',
+  'RateLimitSlot',
   'RateLimitStats',
   'RateLimitWeekday',
   'RateLimitWindowBlock',

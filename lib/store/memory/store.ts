@@ -1,7 +1,8 @@
 import type { BlockParams, RawDecision } from '../algorithms.js'
 import { periodAt } from '../periods.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Penalty, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Penalty, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
 
 interface Entry {
@@ -79,23 +80,31 @@ export class MemoryStore implements Store {
     this.#entries.set(key, { state, expiresAt })
   }
 
+  /** Run i's step: its algorithm at its cost, or its slots for the request's slot id. */
+  #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
+    const run = runs[i] as BlockRun
+    const state = this.#read(keys[i] as string, now)
+    if (run.algorithm === 'concurrency') return slotStep(state as SlotState | undefined, run.params, slot ?? '', now)
+    return memoryAlgorithms[run.algorithm].step(state, paramsAt(run, now), costs[i] as number, now)
+  }
+
   /** The model's synchronous entry (property tests drive it with their own `now`). */
   decideNow (request: StoreRequest, mode: DecideMode, now: number = this.#clock()): RawDecision[] {
-    const { runs, keys, costs } = request
+    const { runs, keys } = request
     const dry = mode === 'peek'
     const blocked = this.#penalized(runs, keys, now)
     if (blocked !== undefined) {
       return runs.map((run, i) => {
         const wait = blocked[i]
         if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, nextMs: wait, penalized: true }
-        return memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), paramsAt(run, now), costs[i] as number, now).decision
+        return this.#step(request, i, now).decision
       })
     }
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true
     for (let i = 0; i < runs.length; i++) {
       const run = runs[i] as BlockRun
-      const step = memoryAlgorithms[run.algorithm].step(this.#read(keys[i] as string, now), paramsAt(run, now), costs[i] as number, now)
+      const step = this.#step(request, i, now)
       steps.push(step)
       if (!step.decision.allowed && !run.shadow) admit = false
     }
@@ -173,7 +182,10 @@ export class MemoryStore implements Store {
     return entries.map((entry) => this.#adjustOne(entry, now))
   }
 
-  #adjustOne ({ run, key, units, elapsedMs }: Adjustment, now: number): boolean {
+  #adjustOne (entry: Adjustment, now: number): boolean {
+    if (entry.kind !== 'units') return this.#adjustSlot(entry, now)
+    const { run, key, units, elapsedMs } = entry
+    if (run.algorithm === 'concurrency') return false
     const algorithm = memoryAlgorithms[run.algorithm]
     const elapsed = Math.max(0, Math.round(elapsedMs))
     const state = this.#read(key, now)
@@ -184,6 +196,28 @@ export class MemoryStore implements Store {
     if (changed.state === undefined || changed.ttlMs <= 0) this.#entries.delete(key)
     else this.#write(key, changed.state, now + changed.ttlMs)
     return true
+  }
+
+  /** A slot's release or renewal, as scripts/concurrency.lua's modes 2 and 3. */
+  #adjustSlot ({ kind, run, key, slot }: SlotAdjustment, now: number): boolean {
+    const state = this.#read(key, now) as SlotState | undefined
+    if (kind === 'renew') {
+      const renewed = slotRenew(state, run.params, slot, now)
+      if (renewed === undefined) return false
+      this.#write(key, renewed.state, now + renewed.ttlMs)
+      return true
+    }
+    const released = slotRelease(state, slot, now)
+    if (released.state !== state) {
+      const expiresAt = (this.#entries.peek(key) as Entry).expiresAt
+      if (released.state === undefined) this.#entries.delete(key)
+      else this.#write(key, released.state, expiresAt)
+    }
+    return released.removed
+  }
+
+  async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
+    return this.adjustNow(entries)
   }
 
   async reset (keys: readonly string[]): Promise<void> {

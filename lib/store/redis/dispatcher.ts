@@ -37,7 +37,10 @@ import { bySlot } from './slots.js'
  * argument becomes an unknown SHA, which fails with NOSCRIPT, or `return 0`,
  * which touches no key; node-redis: the unwritten command is aborted, and a
  * written one is never resent): a decision answered by onRedisError is
- * counted at most once, whatever the client's settings. NOSCRIPT (restart,
+ * counted at most once, whatever the client's settings. Slot releases and
+ * renewals are idempotent (a ZREM, a ZADD of a live member): they travel in
+ * calls of their own, are never defused, and a release is retried by the
+ * store after a timeout. NOSCRIPT (restart,
  * failover, SCRIPT FLUSH) is answered by one EVAL of the same source, which
  * also reloads the script cache.
  */
@@ -46,6 +49,11 @@ import { bySlot } from './slots.js'
 export type BatchJob = EncodedCall & {
   resolve: (values: number[]) => void
   reject: (error: unknown) => void
+}
+
+/** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
+function isIdempotent (job: BatchJob): boolean {
+  return job.kind === 'adjust' && job.idempotent
 }
 
 export interface DispatchOptions {
@@ -88,6 +96,8 @@ interface InFlight {
   /** The call last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
   current: ScriptCall
   op: ScriptOp
+  /** Every job is idempotent (slot releases, renewals): a resend is harmless, so it is never defused. */
+  idempotent: boolean
   settled: boolean
   timedOut: boolean
   progress: Progress
@@ -153,6 +163,18 @@ export class Dispatcher {
       for (const job of jobs) this.#fail(job, new FST_RRL_REDIS_UNAVAILABLE(`client is ${this.#client.state()}`))
       return
     }
+    // Idempotent calls (slot releases, renewals) travel apart: they are never defused at a timeout.
+    // They go first, so a slot released in this turn is free for the decisions of the same turn.
+    if (jobs.some(isIdempotent)) {
+      this.#sendGroups(jobs.filter(isIdempotent))
+      this.#sendGroups(jobs.filter((job) => !isIdempotent(job)))
+      return
+    }
+    this.#sendGroups(jobs)
+  }
+
+  #sendGroups (jobs: readonly BatchJob[]): void {
+    if (jobs.length === 0) return
     const max = this.#options.maxBatch
     for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) {
       for (let i = 0; i < group.length; i += max) this.#send(group.length <= max ? group : group.slice(i, i + max))
@@ -201,6 +223,7 @@ export class Dispatcher {
       first,
       current: first,
       op: 'evalsha',
+      idempotent: jobs.every(isIdempotent),
       settled: false,
       timedOut: false,
       progress: this.#progressOf(first.node),
@@ -221,8 +244,8 @@ export class Dispatcher {
 
   #failAll (call: InFlight, error: unknown): void {
     this.#finish(call)
-    // Whatever copy of this call the client writes from now on runs nothing.
-    call.current.defuse()
+    // Whatever copy of this call the client writes from now on runs nothing (unless running it twice is harmless).
+    if (!call.idempotent) call.current.defuse()
     for (const job of call.jobs) this.#fail(job, error)
   }
 

@@ -1,6 +1,6 @@
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -57,6 +57,12 @@ export interface AdjustCall {
   entries: readonly Adjustment[]
   keys: readonly string[]
   replyLength: number
+  /**
+   * Only slot releases and renewals (a ZREM, a ZADD of a live member): safe
+   * to run twice and after its answer was given up, so never defused at a
+   * timeout and never framed with calls that are not (dispatcher.ts).
+   */
+  idempotent: boolean
 }
 
 /** One call of a batch: a decision (or peek), or a list of adjustments. */
@@ -76,12 +82,12 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
 
 /** A decision or peek of every block of one request. */
 export function decideCall (request: StoreRequest, mode: DecideMode): DecisionCall {
-  return { kind: 'decide', runs: request.runs, costs: request.costs, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
+  return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE }
 }
 
 /** Store.adjust's entries, in one call (every key in one slot). */
 export function adjustCall (entries: readonly Adjustment[]): AdjustCall {
-  return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), replyLength: entries.length }
+  return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), replyLength: entries.length, idempotent: onlySlots(entries) }
 }
 
 /** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values appended once. */
@@ -107,14 +113,19 @@ class SpecTable {
 /** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, elapsed ms). */
 function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | number>): void {
   out.push(-1, call.entries.length)
-  for (const entry of call.entries) out.push('u', specs.of(entry.run), entry.units, Math.max(0, Math.round(entry.elapsedMs)))
+  for (const entry of call.entries) {
+    // A slot's release ('x') or renewal ('n') carries the slot id where units go.
+    if (entry.kind === 'units') out.push('u', specs.of(entry.run), entry.units, Math.max(0, Math.round(entry.elapsedMs)))
+    else out.push(entry.kind === 'release' ? 'x' : 'n', specs.of(entry.run), entry.slot, 0)
+  }
 }
 
 /**
  * The arguments after the SHA (or source) for one batch: key count, every
  * call's keys, now ('' = Redis TIME), the spec table, then per call `spec,
  * cost` (one charged block without a penalty), `0, n, mode, n × (spec, cost)`
- * (any decision) or `-1, n, n × (kind, spec, units, elapsed)` (adjustments).
+ * (any decision; a concurrency block's cost is the slot id) or `-1, n, n × (kind,
+ * spec, units, elapsed)` (adjustments; a slot's release or renewal has the slot id for units).
  */
 export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
   const keys: string[] = []
@@ -128,12 +139,17 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
     }
     const { runs, costs } = call
     const first = runs[0] as BlockRun
-    if (runs.length === 1 && call.mode === '' && first.penalty === undefined) {
+    // A slot is taken only after a dry pass admits: never the straight common case.
+    if (runs.length === 1 && call.mode === '' && first.penalty === undefined && !isSlotRun(first)) {
       decisions.push(specs.of(first), costs[0] as number)
       continue
     }
     decisions.push(0, runs.length, call.mode)
-    for (let i = 0; i < runs.length; i++) decisions.push(specs.of(runs[i] as BlockRun), costs[i] as number)
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i] as BlockRun
+      // A concurrency run's "cost" is the request's slot id, its sorted-set member.
+      decisions.push(specs.of(run), isSlotRun(run) ? call.slot ?? '' : costs[i] as number)
+    }
   }
   return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
 }

@@ -25,6 +25,8 @@ const SCRIPTS_DIR = new URL('../../../scripts/', import.meta.url)
 export interface ScriptSources {
   prelude: string
   algorithms: Record<AlgorithmName, string>
+  /** Concurrency slots (a block kind, numbered after the algorithms). */
+  concurrency: string
   multi: string
   penalty: string
   batch: string
@@ -41,7 +43,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -51,12 +53,16 @@ function algorithmLocal (local: string, name: AlgorithmName, chunk: string): str
 
 /**
  * Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm
- * numbers), each built on its first use in a call: a script's top level runs
- * on every call, and building all five algorithms' closures cost about as
- * much as the rest of a small batch (measured with INFO commandstats).
+ * numbers), then slots (CONCURRENCY_NUMBER), each built on its first use in a
+ * call: a script's top level runs on every call, and building all five
+ * algorithms' closures cost about as much as the rest of a small batch
+ * (measured with INFO commandstats).
  */
 function algorithmFunctions (sources: ScriptSources): string {
-  const makers = ALGORITHMS.map((name) => `-- ${name}\nfunction ()\n${sources.algorithms[name]}end`)
+  const makers = [
+    ...ALGORITHMS.map((name) => `-- ${name}\nfunction ()\n${sources.algorithms[name]}end`),
+    `-- concurrency\nfunction ()\n${sources.concurrency}end`
+  ]
   return `local makers = {
 ${makers.join(',\n')}
 }

@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks'
+import { setTimeout as delay } from 'node:timers/promises'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
@@ -6,7 +7,7 @@ import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
 import { buildBatchScript, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -18,6 +19,8 @@ import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Store
 
 /** How long ready() waits for a connecting client and the script loads; a down Redis must not stall startup. */
 const WARM_UP_MS = 500
+/** A call of slot releases is sent this many times at most before the lease is left to reclaim them. */
+const RELEASE_TRIES = 4
 
 export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
 
@@ -62,10 +65,13 @@ export class RedisStore implements Store {
   readonly #client: ClientPort
   readonly #script: LoadedScript
   readonly #dispatcher: Dispatcher
+  /** The pause before a slot call is tried again (× the try number). */
+  readonly #retryMs: number
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
+    this.#retryMs = Math.max(50, options.timeout)
     this.#script = buildBatchScript()
     this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
   }
@@ -97,6 +103,23 @@ export class RedisStore implements Store {
     return new Promise((resolve, reject) => {
       this.#dispatcher.enqueue({ ...adjustCall(entries), resolve: (values) => { resolve(toAdjusted(values)) }, reject })
     })
+  }
+
+  /**
+   * Slot releases and renewals alone: tried RELEASE_TRIES times, `timeout` ×
+   * the try number apart, so a release lost to a timeout or a reconnect is
+   * sent again (idempotent: never defused, see dispatcher.ts); when every try
+   * fails the lease reclaims the slots.
+   */
+  async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.adjust(entries)
+      } catch (error) {
+        if (attempt >= RELEASE_TRIES) throw error
+        await delay(this.#retryMs * attempt, undefined, { ref: false })
+      }
+    }
   }
 
   async reset (keys: readonly string[]): Promise<void> {

@@ -1,0 +1,126 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyBaseLogger } from 'fastify'
+import type { DecisionInput, Evaluation, Runtime } from './contract.js'
+import { isSlotRun, type SlotAdjustment, type Store } from '../store/port.js'
+
+/*
+ * The slots this instance holds (concurrency blocks): who took them, their
+ * renewal every lease / 3 (one store call per held request, sent in one turn:
+ * the dispatcher batches them), and their one release. A slot id is unique
+ * per request fleet-wide: this process's random tag and a counter, starting
+ * with a letter (the scripts tell it from a cost by that).
+ */
+
+const PROCESS_TAG = randomBytes(6).toString('base64url')
+let counter = 0
+
+/** A new slot id: `s<process tag><counter>`, never a number. */
+export function newSlotId (): string {
+  counter++
+  return `s${PROCESS_TAG}${counter.toString(36)}`
+}
+
+/** Slots taken for one request (or one acquire()), released once whichever way. */
+export interface HeldSlots {
+  /** Where they were taken: the store, or this instance's local limiter (onRedisError 'local'). */
+  readonly store: Store
+  /** Stops renewing and hands over the release entries, once (then []): the end-of-request call sends them. */
+  take: () => SlotAdjustment[]
+  /** take(), then sends the release itself (retried: Store.adjustSlots). */
+  release: () => void
+}
+
+type Report = (log: FastifyBaseLogger, error: unknown, message: string) => void
+
+interface Held {
+  store: Store
+  renewals: SlotAdjustment[]
+  log: FastifyBaseLogger
+}
+
+/** Holds the slots of every request in flight on this instance, renews them, releases each once. */
+export class SlotKeeper {
+  readonly #held = new Set<Held>()
+  readonly #renewEveryMs: number
+  readonly #report: Report
+  #timer: NodeJS.Timeout | undefined
+
+  constructor (leaseMs: number, report: Report) {
+    this.#renewEveryMs = Math.max(1, Math.floor(leaseMs / 3))
+    this.#report = report
+  }
+
+  /** Requests whose slots this instance holds now. */
+  get size (): number {
+    return this.#held.size
+  }
+
+  /** Starts renewing the slots `entries` release; the result hands them over once. */
+  hold (store: Store, entries: SlotAdjustment[], log: FastifyBaseLogger): HeldSlots {
+    const held: Held = { store, renewals: entries.map((entry) => ({ ...entry, kind: 'renew' })), log }
+    this.#held.add(held)
+    // The timer never keeps the process alive: a slot renews itself until released or the process exits.
+    this.#timer ??= setInterval(() => { this.#renewAll() }, this.#renewEveryMs).unref()
+    let taken = false
+    const take = (): SlotAdjustment[] => {
+      if (taken) return []
+      taken = true
+      this.#held.delete(held)
+      if (this.#held.size === 0) this.#stop()
+      return entries
+    }
+    return {
+      store,
+      take,
+      release: () => {
+        const releases = take()
+        if (releases.length === 0) return
+        store.adjustSlots(releases).catch((error: unknown) => { this.#report(log, error, 'rate limit slot release failed: the lease reclaims it') })
+      }
+    }
+  }
+
+  #renewAll (): void {
+    for (const held of this.#held) {
+      held.store.adjust(held.renewals).catch((error: unknown) => {
+        this.#report(held.log, error, 'rate limit slot renewal failed: the slot lapses after its lease unless a later renewal reaches the store')
+      })
+    }
+  }
+
+  #stop (): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer)
+    this.#timer = undefined
+  }
+
+  /** At close: stops renewing (slots still held lapse after their lease). */
+  close (): void {
+    this.#stop()
+    this.#held.clear()
+  }
+}
+
+/** The release entries of the request's slots: one per concurrency run. */
+function releaseEntries (input: DecisionInput, slot: string): SlotAdjustment[] {
+  const out: SlotAdjustment[] = []
+  for (let i = 0; i < input.runs.length; i++) {
+    const run = input.runs[i]
+    const key = input.keys[i]
+    if (run !== undefined && key !== undefined && isSlotRun(run)) out.push({ kind: 'release', run, key, slot })
+  }
+  return out
+}
+
+/**
+ * After an admitted decision with slots: holds them where they were taken
+ * (the store, or this instance's local limiter for onRedisError 'local').
+ * Undefined when none was taken: refused, or the store failed and
+ * onRedisError let the request through without one.
+ */
+export function holdSlots (runtime: Runtime, input: DecisionInput, evaluation: Evaluation, log: FastifyBaseLogger): HeldSlots | undefined {
+  if (evaluation.rejected || input.slot === undefined || evaluation.decision.outcome === 'degraded') return undefined
+  const entries = releaseEntries(input, input.slot)
+  if (entries.length === 0) return undefined
+  const store = evaluation.source === 'local' ? runtime.localStore() : runtime.store
+  return runtime.slots.hold(store, entries, log)
+}

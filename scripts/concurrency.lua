@@ -1,0 +1,48 @@
+-- Concurrency slots: a block kind, not an algorithm. The key is a sorted set
+-- of the requests in flight: member = the request's slot id (never a number),
+-- score = its lease's expiry in ms (Redis TIME, or the injected clock). It is
+-- called as the algorithms are, with the slot id in place of the cost and the
+-- lease in place of the window, so the drivers decide it all-or-nothing with
+-- the request's other blocks (multi.lua decideAll):
+--
+--   mode 1 (dry)     admits when the member holds a live slot, or fewer than
+--                    `limit` live slots are held; writes nothing
+--   mode 0 (take)    removes expired members, adds the member (run only after
+--                    a dry pass admitted), keeps the key alive for the lease
+--   mode 2 (release) ZREM: idempotent, answers 1 when a live slot was removed
+--   mode 3 (renew)   a live slot's lease starts again from now; an expired or
+--                    released one is never brought back (answers 0)
+--
+-- Reply (modes 0 and 1): allowed, free slots after this request, 0, retry
+-- (SLOT_RETRY_MS when refused: a slot may free at any moment), 0.
+local SLOT_RETRY_MS = 1000
+
+-- The key lives as long as its longest lease.
+local function keep (key, lease)
+  if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+end
+
+return function (key, limit, lease, _, member, now, mode)
+  local held = tonumber(redis.call('ZSCORE', key, member) or '0')
+  if mode == 2 then
+    redis.call('ZREM', key, member)
+    if held > now then return 1 end
+    return 0
+  end
+  if mode == 3 then
+    if held <= now then return 0 end
+    redis.call('ZADD', key, now + lease, member)
+    keep(key, lease)
+    return 1
+  end
+  if mode == 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    redis.call('ZADD', key, now + lease, member)
+    keep(key, lease)
+    return 1, 0, 0, 0, 0
+  end
+  local live = redis.call('ZCOUNT', key, '(' .. now, '+inf')
+  if held > now then return 1, limit - live, 0, 0, 0 end
+  if live < limit then return 1, limit - live - 1, 0, 0, 0 end
+  return 0, 0, 0, SLOT_RETRY_MS, 0
+end

@@ -12,6 +12,7 @@ import type {
   PolicySummary,
   RateLimitApi,
   RateLimitIdentity,
+  RateLimitSlot,
   RateLimitOverride,
   RateLimitOverrideInput
 } from '../types.js'
@@ -174,6 +175,22 @@ function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, ov
   return summaries
 }
 
+/** `acquire()`: the target's slots (and its rate blocks, as consume charges them), held until release(). */
+async function acquireSlot (
+  policy: CompiledPolicy,
+  target: string,
+  identity: RateLimitIdentity,
+  { runtime, log, overrides }: { runtime: Runtime, log: FastifyBaseLogger, overrides: Overrides }
+): Promise<RateLimitSlot> {
+  if (!policy.concurrency) {
+    throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
+  }
+  const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
+  const evaluation = await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)
+  const held = holdSlots(runtime, input, evaluation, log)
+  return { ...evaluation.decision, release: () => { held?.release() } }
+}
+
 export function createApi (
   registry: PolicyRegistry,
   runtime: Runtime,
@@ -207,14 +224,7 @@ export function createApi (
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
     },
     async acquire (target, identity) {
-      const policy = registry.find(target, 'acquire')
-      if (!policy.concurrency) {
-        throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
-      }
-      const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
-      const evaluation = await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)
-      const held = holdSlots(runtime, input, evaluation, log)
-      return { ...evaluation.decision, release: () => { held?.release() } }
+      return await acquireSlot(registry.find(target, 'acquire'), target, identity, { runtime, log, overrides })
     },
     async setOverride (input) {
       const record = await overrideRecord(registry, input, runtime.clock())

@@ -2,8 +2,9 @@ import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, splitBatchReply, type EncodedCall } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
-import { isNoScript, type ClientPort, type ScriptCall, type ScriptOp } from './client/port.js'
+import { isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
+import { owed, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
@@ -68,41 +69,6 @@ export interface DispatchOptions {
   clock: (() => number) | undefined
   /** Called per script call with its size and the ms from write to reply (or failure). */
   onBatch: ((size: number, latencyMs: number) => void) | undefined
-}
-
-/** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
-interface Progress {
-  lastAt: number
-  /** This store's unanswered calls on the connection. */
-  open: Set<InFlight>
-}
-
-/** A call the client still holds after this many timeouts is abandoned even if Redis owes nothing (another user filled the socket). */
-const UNWRITTEN_TIMEOUTS = 20
-
-/** Whether Redis owes a reply to one of this store's calls on the connection, other than `call`. */
-function owed (call: InFlight): boolean {
-  for (const other of call.progress.open) if (other !== call && other.current.written) return true
-  return false
-}
-
-/** One script call in flight: its jobs and what the timeout rule judges it by. */
-interface InFlight {
-  jobs: readonly BatchJob[]
-  /** The framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
-  args: ReadonlyArray<string | number>
-  /** The EVALSHA first written: the timeout rule measures from its write. */
-  first: ScriptCall
-  /** The call last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
-  current: ScriptCall
-  op: ScriptOp
-  /** Every job is idempotent (slot releases, renewals): a resend is harmless, so it is never defused. */
-  idempotent: boolean
-  settled: boolean
-  timedOut: boolean
-  progress: Progress
-  firedAt: number
-  timer: NodeJS.Timeout | undefined
 }
 
 export class Dispatcher {

@@ -1,0 +1,43 @@
+import type { ScriptCall, ScriptOp } from './client/port.js'
+import type { BatchJob } from './dispatcher.js'
+
+/*
+ * What the dispatcher's timeout rule judges (dispatcher.ts): a script call in
+ * flight, and per connection when Redis last answered this store and which of
+ * its calls it still owes.
+ */
+
+/** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
+export interface Progress {
+  lastAt: number
+  /** This store's unanswered calls on the connection. */
+  open: Set<InFlight>
+}
+
+/** A call the client still holds after this many timeouts is abandoned even if Redis owes nothing (another user filled the socket). */
+export const UNWRITTEN_TIMEOUTS = 20
+
+/** Whether Redis owes a reply to one of this store's calls on the connection, other than `call`. */
+export function owed (call: InFlight): boolean {
+  for (const other of call.progress.open) if (other !== call && other.current.written) return true
+  return false
+}
+
+/** One script call in flight: its jobs and what the timeout rule judges it by. */
+export interface InFlight {
+  jobs: readonly BatchJob[]
+  /** The framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
+  args: ReadonlyArray<string | number>
+  /** The EVALSHA first written: the timeout rule measures from its write. */
+  first: ScriptCall
+  /** The call last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
+  current: ScriptCall
+  op: ScriptOp
+  /** Every job is idempotent (slot releases, renewals): a resend is harmless, so it is never defused. */
+  idempotent: boolean
+  settled: boolean
+  timedOut: boolean
+  progress: Progress
+  firedAt: number
+  timer: NodeJS.Timeout | undefined
+}

@@ -4,7 +4,7 @@ import { frameBatch, splitBatchReply, type EncodedCall } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
 import { isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
-import { owed, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
+import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
@@ -232,9 +232,9 @@ export class Dispatcher {
       call.timer = setTimeout(this.#onTimer, timeout, call)
       return
     }
-    // Still held by the client (node-redis waits for the socket to drain) while Redis owes this store
-    // nothing on the connection: the wait is Node's, not Redis's. Bounded, for a socket filled by others.
-    if (!call.current.written && !owed(call) && call.firedAt - call.current.writtenAt < timeout * UNWRITTEN_TIMEOUTS) {
+    // Still held by the client (node-redis waits for the socket to drain) while Redis has owed this
+    // store nothing for `timeout`: the wait is Node's, not Redis's. Bounded, for a socket filled by others.
+    if (!call.current.written && !owedFor(call, timeout, call.firedAt) && call.firedAt - call.current.writtenAt < timeout * UNWRITTEN_TIMEOUTS) {
       call.timer = setTimeout(this.#onTimer, timeout, call)
       return
     }

@@ -17,9 +17,16 @@ export interface Progress {
 /** A call the client still holds after this many timeouts is abandoned even if Redis owes nothing (another user filled the socket). */
 export const UNWRITTEN_TIMEOUTS = 20
 
-/** Whether Redis owes a reply to one of this store's calls on the connection, other than `call`. */
-export function owed (call: InFlight): boolean {
-  for (const other of call.progress.open) if (other !== call && other.current.written) return true
+/**
+ * Whether Redis has owed one of this store's calls on the connection (other
+ * than `call`) for at least `timeout` ms at `at`: written that long ago and
+ * still unanswered. A call written a moment ago (node-redis writes a flood's
+ * calls as its socket drains) does not make Redis late.
+ */
+export function owedFor (call: InFlight, timeout: number, at: number): boolean {
+  for (const other of call.progress.open) {
+    if (other !== call && other.current.written && at - other.current.writtenAt >= timeout) return true
+  }
   return false
 }
 

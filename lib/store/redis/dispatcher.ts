@@ -24,7 +24,7 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * this store's on that connection for `timeout` ms since the call was written
  * (a call behind a long pipeline waits while the calls ahead of it are being
  * answered; one the client still holds, waiting for the socket to drain, waits
- * while Redis owes this store nothing on that connection). A hung or
+ * unless Redis has left a written call unanswered for `timeout`). A hung or
  * unreachable Redis answers nothing, so its decisions end within `timeout`
  * plus one event-loop turn. The number of decisions queued or
  * in flight is capped (`maxPending`): beyond it the route's onRedisError

@@ -212,6 +212,26 @@ for (const store of ['redis', 'memory'] as const) {
     t.same([d.allowed, e.allowed], [true, false], 'a released one slot (twice called, once given back); b still holds its own')
     await t.rejects(instance.rateLimit.acquire('GET /none', { user: 'alice' }), { code: 'FST_RRL_UNKNOWN_POLICY' })
   })
+
+  test(`${store}: a runtime override changes a concurrency block's N, and clearing it restores N`, async (t) => {
+    const prefix = uniquePrefix('co')
+    const instance = await app(t, store === 'redis' ? await client('standalone') : 'memory', prefix, {
+      user: () => undefined,
+      policies: { exports: { concurrency: 1, by: 'user' } }
+    })
+    await instance.ready()
+    const record = await instance.rateLimit.setOverride({ target: 'exports', limit: 3, ttl: 60_000, actor: 'test', reason: 'more exports' })
+    const held = [await instance.rateLimit.acquire('exports', { user: 'carol' }), await instance.rateLimit.acquire('exports', { user: 'carol' }), await instance.rateLimit.acquire('exports', { user: 'carol' })]
+    const fourth = await instance.rateLimit.acquire('exports', { user: 'carol' })
+    t.same([...held.map((slot) => slot.allowed), fourth.allowed], [true, true, true, false], 'three slots under the override, the fourth refused')
+    t.equal(held[0]?.limit, 3, 'the decision reports the overridden N')
+    for (const slot of held) slot.release()
+    t.ok(await instance.rateLimit.clearOverride(record.id, { actor: 'test', reason: 'done' }), 'cleared')
+    await waitFor('every slot freed', async () => (await instance.rateLimit.peek('exports', { user: 'carol' })).allowed)
+    const [first, second] = [await instance.rateLimit.acquire('exports', { user: 'carol' }), await instance.rateLimit.acquire('exports', { user: 'carol' })]
+    t.same([first.allowed, second.allowed], [true, false], 'back to one slot')
+    first.release()
+  })
 }
 
 // The keeper is the same for both stores; the memory store's renewal is held to the script's by test/internals/slots-property.test.ts.

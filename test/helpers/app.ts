@@ -6,6 +6,8 @@ import rateLimit, { ALGORITHMS, type AlgorithmName, type RateLimitPluginOptions 
 import type { CompileContext } from '../../lib/policy/block.js'
 import type { BlockRun, Penalty } from '../../lib/store/port.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './redis.js'
+import { RedisStore } from '../../lib/store/redis/store.js'
+import { clientPort } from '../../lib/store/redis/client/detect.js'
 
 /** A mutable test clock: scripts receive `now` instead of reading Redis TIME. */
 export class TestClock {
@@ -68,6 +70,21 @@ export async function setupStoreApp (t: Test, store: 'redis' | 'memory', label: 
 }
 
 /** A BlockRun as the block compiler would build it, for tests that drive the stores directly. */
+/** A RedisStore on a ready client of the suite's Redis, on the test clock, for property tests against the memory model; keys removed at teardown. */
+export async function setupModelStore (t: Test, label: string): Promise<{ redisStore: RedisStore, clock: TestClock, prefix: string }> {
+  const client = createClient(await getRedis())
+  const prefix = uniquePrefix(label)
+  const clock = new TestClock(1_900_000_000_000)
+  const redisStore = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
+  t.teardown(async () => {
+    const keys = await client.keys(`${prefix}:*`)
+    if (keys.length > 0) await client.del(...keys)
+    client.disconnect()
+  })
+  await new Promise<void>((resolve) => { if (client.status === 'ready') resolve(); else client.once('ready', () => { resolve() }) })
+  return { redisStore, clock, prefix }
+}
+
 export function testRun (block: { algorithm: AlgorithmName, limit: number, windowMs: number, shadow: boolean, penalty?: Penalty }): BlockRun {
   return {
     algorithm: block.algorithm,

@@ -20,12 +20,9 @@ import { test } from 'tap'
 import fc from 'fast-check'
 import { ALGORITHMS, type RawDecision } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
-import { RedisStore } from '../../lib/store/redis/store.js'
-import { clientPort } from '../../lib/store/redis/client/detect.js'
 import type { Adjustment, BlockRun, DecideMode } from '../../lib/store/port.js'
 import type { Boundaries, PeriodBoundaries } from '../../lib/store/periods.js'
-import { TestClock, testRun } from '../helpers/app.js'
-import { createClient, getRedis, uniquePrefix } from '../helpers/redis.js'
+import { setupModelStore, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
 
@@ -88,17 +85,7 @@ const scenario = fc.record({
 })
 
 test('property: the batch script decides like the memory store, penalties included', async (t) => {
-  const server = await getRedis()
-  const client = createClient(server)
-  const prefix = uniquePrefix('bp')
-  const clock = new TestClock(1_900_000_000_000)
-  const redisStore = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
-  t.teardown(async () => {
-    const keys = await client.keys(`${prefix}:*`)
-    if (keys.length > 0) await client.del(...keys)
-    client.disconnect()
-  })
-  await new Promise<void>((resolve) => { if (client.status === 'ready') resolve(); else client.once('ready', () => { resolve() }) })
+  const { redisStore, clock, prefix } = await setupModelStore(t, 'bp')
 
   let run = 0
   let penalized = 0

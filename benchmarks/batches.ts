@@ -35,6 +35,8 @@ export interface BatchFigures {
   redisCpuUsPerDecision: number
   /** Commands other than EVALSHA ÷ decisions: the redis.call each decision made. */
   callsPerDecision: number
+  /** Instructions Redis executed ÷ decisions (benchmarks/instructions.ts: callgrind): all of them, and inside EVAL/EVALSHA. */
+  instructions?: { total: number, script: number }
 }
 
 export interface AlgorithmBatch extends BatchFigures { algorithm: AlgorithmName, allowed: number, degraded: number }
@@ -42,7 +44,10 @@ export interface FloorBatch extends BatchFigures { id: FloorId, label: string }
 export interface BatchBench { algorithms: AlgorithmBatch[], floors: FloorBatch[] }
 
 /** What Redis spent on `work`, which takes `decisions` decisions. */
-async function measure (admin: Redis, decisions: number, work: () => Promise<void>): Promise<BatchFigures> {
+export type Meter = (decisions: number, work: () => Promise<void>) => Promise<BatchFigures>
+
+/** The commandstats and INFO cpu meter. */
+export const commandMeter = (admin: Redis): Meter => async (decisions, work) => {
   const commandsBefore = await commandStats(admin)
   const cpuBefore = await redisCpuSeconds(admin)
   await work()
@@ -69,20 +74,23 @@ async function consumeMany (app: FastifyInstance, policy: string, from: number, 
   return allowed
 }
 
-async function algorithmBatches (url: string, admin: Redis, count: number): Promise<AlgorithmBatch[]> {
+/** Plugin options a harness may add (the instruction count's slow server needs a longer timeout). */
+export interface BatchOptions { meter: Meter, timeout?: number, only?: readonly AlgorithmName[] }
+
+export async function algorithmBatches (url: string, count: number, options: BatchOptions): Promise<AlgorithmBatch[]> {
   const client = new Redis(url)
   const app = Fastify({ logger: false })
   const policies = Object.fromEntries(ALGORITHMS.map((algorithm) => [algorithm, blockFor(algorithm, '10k')]))
   try {
-    await app.register(rateLimit, { redis: client, prefix: 'bb', maxBatch: FULL_BATCH, metrics: false, policies: policies as never })
+    await app.register(rateLimit, { redis: client, prefix: 'bb', maxBatch: FULL_BATCH, metrics: false, policies: policies as never, ...(options.timeout === undefined ? {} : { timeout: options.timeout }) })
     await app.ready()
     const out: AlgorithmBatch[] = []
-    for (const algorithm of ALGORITHMS) {
+    for (const algorithm of options.only ?? ALGORITHMS) {
       // A first pass creates the 10k keys (and loads the script); the measured pass finds them all.
       await consumeMany(app, algorithm, 0, KEYS_10K)
       const degradedBefore = app.rateLimit.stats().degraded
       let allowed = 0
-      const figures = await measure(admin, count, async () => { allowed = await consumeMany(app, algorithm, KEYS_10K, count) })
+      const figures = await options.meter(count, async () => { allowed = await consumeMany(app, algorithm, KEYS_10K, count) })
       out.push({ algorithm, ...figures, allowed, degraded: app.rateLimit.stats().degraded - degradedBefore })
     }
     return out
@@ -125,17 +133,17 @@ async function frlFloor (client: Redis, from: number, count: number): Promise<vo
   }
 }
 
-async function floors (url: string, admin: Redis, count: number): Promise<FloorBatch[]> {
+export async function floors (url: string, count: number, meter: Meter): Promise<FloorBatch[]> {
   const client = new Redis(url)
   try {
     const out: FloorBatch[] = []
     for (const [id, [label, source]] of Object.entries(FLOOR_SCRIPTS) as Array<[FloorId, [string, string]]>) {
       const sha = String(await client.script('LOAD', source))
       await loopFloor(client, sha, id, 0, KEYS_10K)
-      out.push({ id, label, ...await measure(admin, count, async () => { await loopFloor(client, sha, id, KEYS_10K, count) }) })
+      out.push({ id, label, ...await meter(count, async () => { await loopFloor(client, sha, id, KEYS_10K, count) }) })
     }
     await frlFloor(client, 0, KEYS_10K)
-    out.push({ id: 'frl', label: '@fastify/rate-limit\'s script, one EVALSHA per decision, pipelined', ...await measure(admin, count, async () => { await frlFloor(client, KEYS_10K, count) }) })
+    out.push({ id: 'frl', label: '@fastify/rate-limit\'s script, one EVALSHA per decision, pipelined', ...await meter(count, async () => { await frlFloor(client, KEYS_10K, count) }) })
     return out
   } finally {
     client.disconnect()
@@ -144,7 +152,8 @@ async function floors (url: string, admin: Redis, count: number): Promise<FloorB
 
 /** Every algorithm in full batches, then the floors; `count` decisions each (a multiple of 512 keeps every call full). */
 export async function runBatchBench (url: string, admin: Redis, count: number): Promise<BatchBench> {
-  return { algorithms: await algorithmBatches(url, admin, count), floors: await floors(url, admin, count) }
+  const meter = commandMeter(admin)
+  return { algorithms: await algorithmBatches(url, count, { meter }), floors: await floors(url, count, meter) }
 }
 
 const f = (value: number, digits = 2): string => Number.isFinite(value) ? value.toFixed(digits) : '–'

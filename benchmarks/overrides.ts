@@ -42,7 +42,7 @@ async function main (): Promise<void> {
   const empty = measure('no override in force', (runs, k) => none.apply(policy, runs, k))
   const some = new Overrides(undefined, 'rl:overrides', Date.now, log)
   // 1,000 callers of other routes have their own overrides: every request misses twice.
-  for (let i = 0; i < 1000; i++) await some.set({ id: `rl:{GET:/other|ip=10.1.0.${i}}:sw60000`, blockId: 'rl:{GET:/other|*}:sw60000', block: 'other', route: 'GET /other', identity: null, limit: 5, expiresAt: null, actor: 'bench', reason: 'bench', setAt: 0 })
+  for (let i = 0; i < 1000; i++) await some.set({ id: `rl:{GET:/other|ip=10.1.0.${i}}:SW60000`, blockId: 'rl:{GET:/other|*}:SW60000', block: 'other', route: 'GET /other', identity: null, limit: 5, expiresAt: null, actor: 'bench', reason: 'bench', setAt: 0 })
   const miss = measure('1,000 overrides in force, none for this route', (runs, k) => some.apply(policy, runs, k))
   await some.set({ id: blockId(policy, 0), blockId: blockId(policy, 0), block: policy.name, route: policy.route, identity: null, limit: 500, expiresAt: Date.now() + 3_600_000, actor: 'bench', reason: 'bench', setAt: 0 })
   const hit = measure('1,001 overrides, this block overridden (a hit, ttl checked)', (runs, k) => some.apply(policy, runs, k))

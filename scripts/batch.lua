@@ -42,7 +42,7 @@ local now = nowMs(ARGV[1])
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
 local function periodFn (fn, bounds, at)
-  local b0, b1, b2, b3 = string.match(bounds, '^(%d+):(%d+):(%d+):(%d+)$')
+  local b0, b1, b2, b3 = match(bounds, '^(%d+):(%d+):(%d+):(%d+)$')
   local b = { tonumber(b0), tonumber(b1), tonumber(b2), tonumber(b3) }
   for i = 1, 3 do
     local start, length = b[i], b[i + 1] - b[i]

@@ -19,29 +19,29 @@ local SLOT_RETRY_MS = 1000
 
 -- The key lives as long as its longest lease.
 local function keep (key, lease)
-  if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+  if call('PTTL', key) < lease then call('PEXPIRE', key, lease) end
 end
 
 return function (key, limit, lease, _, member, now, mode)
-  local held = tonumber(redis.call('ZSCORE', key, member) or '0')
+  local held = tonumber(call('ZSCORE', key, member) or '0')
   if mode == 2 then
-    redis.call('ZREM', key, member)
+    call('ZREM', key, member)
     if held > now then return 1 end
     return 0
   end
   if mode == 3 then
     if held <= now then return 0 end
-    redis.call('ZADD', key, now + lease, member)
+    call('ZADD', key, now + lease, member)
     keep(key, lease)
     return 1
   end
   if mode == 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    redis.call('ZADD', key, now + lease, member)
+    call('ZREMRANGEBYSCORE', key, '-inf', now)
+    call('ZADD', key, now + lease, member)
     keep(key, lease)
     return 1, 0, 0, 0, 0
   end
-  local live = redis.call('ZCOUNT', key, '(' .. now, '+inf')
+  local live = call('ZCOUNT', key, '(' .. now, '+inf')
   if held > now then return 1, limit - live, 0, 0, 0 end
   if live < limit then return 1, limit - live - 1, 0, 0, 0 end
   return 0, 0, 0, SLOT_RETRY_MS, 0

@@ -5,24 +5,35 @@
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
 --   refused; usage is kept up to one capacity over the limit, an overdraft the next
 --   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
--- State: one string "idx:count" (window index, units consumed in that window).
--- A stored index other than the current one counts as zero, so a stale key
--- (the injected clock ran ahead of Redis TTLs) behaves exactly like an absent one.
+-- State: idx, count (window index, units consumed in that window) packed as
+-- '<dd' (prelude.lua). A stored index other than the current one counts as
+-- zero, so a stale key (the injected clock ran ahead of Redis TTLs) behaves
+-- exactly like an absent one. A write in the stored window keeps its TTL
+-- (KEEPTTL: the window's end has not moved); a SET with PX costs Redis more
+-- than the rest of the decision.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted).
+-- Calls: GET (+ SET PX, or SET KEEPTTL in the stored window, when admitted).
 -- A calendar period's block passes `start` (batch.lua periodFn): the window is
 -- [start, start + w) and its index the start, so every instance names it alike.
+-- The state under key: in the stored window its TTL stays, else it expires at the window's end.
+local function save (key, idx, count, current, toEnd)
+  if current then
+    call('SET', key, packNumbers('<dd', idx, count), 'KEEPTTL')
+  else
+    call('SET', key, packNumbers('<dd', idx, count), 'PX', format('%d', toEnd))
+  end
+end
+
 return function (key, limit, w, _, cost, now, mode, elapsed, start)
 
   local idx = start or idiv(now, w)
   local from = start or idx * w
   local count = 0
-  local stored = redis.call('GET', key)
-  if stored then
-    local sep = string.find(stored, ':', 1, true)
-    if sep and tonumber(string.sub(stored, 1, sep - 1)) == idx then
-      count = tonumber(string.sub(stored, sep + 1)) or 0
-    end
+  local current = false
+  local stored = call('GET', key)
+  if stored and #stored == 16 then
+    local sidx, scount = unpackNumbers('<dd', stored)
+    if sidx == idx then count, current = scount, true end
   end
 
   local toEnd = from + w - now
@@ -32,14 +43,14 @@ return function (key, limit, w, _, cost, now, mode, elapsed, start)
     if count == 0 or now - elapsed < from then return 0 end
     count = count - cost
     if count < 0 then count = 0 end
-    redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+    save(key, idx, count, current, toEnd)
     return 1
   end
   if mode == 3 then
     -- a charge goes to the current window (the one it was spent in, while that is current)
     count = count + cost
     if count > 2 * limit then count = 2 * limit end
-    redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd)
+    save(key, idx, count, current, toEnd)
     return 1
   end
   local available = limit - count
@@ -57,6 +68,6 @@ return function (key, limit, w, _, cost, now, mode, elapsed, start)
   end
 
   count = count + cost
-  if mode == 0 then redis.call('SET', key, string.format('%d:%d', idx, count), 'PX', toEnd) end
+  if mode == 0 then save(key, idx, count, current, toEnd) end
   return 1, limit - count, toEnd, 0, toEnd
 end

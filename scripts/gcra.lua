@@ -9,7 +9,7 @@
 -- Exact integer arithmetic in units of 1/limit ms, relative to now: I = W units and
 -- the tolerance window is burst * W units; after an overdraft (mode 3) the debt
 -- reaches up to twice the tolerance, so 2 * burst * W stays below 2^53.
--- State: one string "tatMs:frac", the theoretical arrival time tatMs + frac / limit ms
+-- State: tatMs, frac packed as '<dd' (prelude.lua), the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
@@ -30,12 +30,10 @@ return function (key, limit, w, burst, cost, now, mode)
   local cap = burst * w
   -- d = max(0, TAT - now) in units of 1/limit ms
   local d = 0
-  local stored = redis.call('GET', key)
-  if stored then
-    local sep = string.find(stored, ':', 1, true)
-    local tatMs = sep and tonumber(string.sub(stored, 1, sep - 1))
-    local frac = sep and tonumber(string.sub(stored, sep + 1))
-    if tatMs and frac and tatMs >= now then
+  local stored = call('GET', key)
+  if stored and #stored == 16 then
+    local tatMs, frac = unpackNumbers('<dd', stored)
+    if tatMs >= now then
       local dMs = tatMs - now
       -- a TAT further ahead than an overdrawn tolerance can reach (clock went backwards)
       -- counts as the most it can be: twice the tolerance
@@ -50,11 +48,11 @@ return function (key, limit, w, burst, cost, now, mode)
     -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
     local rd = d - cost * w
     if rd <= 0 then
-      redis.call('DEL', key)
+      call('DEL', key)
       return 1
     end
     local rwhole = idiv(rd, limit)
-    redis.call('SET', key, string.format('%d:%d', now + rwhole, rd - rwhole * limit), 'PX', cdiv(rd, limit))
+    call('SET', key, packNumbers('<dd', now + rwhole, rd - rwhole * limit), 'PX', format('%d', cdiv(rd, limit)))
     return 1
   end
 
@@ -63,7 +61,7 @@ return function (key, limit, w, burst, cost, now, mode)
     local cd = d + cost * w
     if cd > 2 * cap then cd = 2 * cap end
     local cwhole = idiv(cd, limit)
-    redis.call('SET', key, string.format('%d:%d', now + cwhole, cd - cwhole * limit), 'PX', cdiv(cd, limit))
+    call('SET', key, packNumbers('<dd', now + cwhole, cd - cwhole * limit), 'PX', format('%d', cdiv(cd, limit)))
     return 1
   end
 
@@ -77,6 +75,6 @@ return function (key, limit, w, burst, cost, now, mode)
 
   local whole = idiv(nd, limit)
   local reset = cdiv(nd, limit)
-  if mode == 0 then redis.call('SET', key, string.format('%d:%d', now + whole, nd - whole * limit), 'PX', reset) end
+  if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', reset)) end
   return 1, idiv(cap - nd, w), reset, 0, nextMs(nd, cap, limit, w)
 end

@@ -24,7 +24,7 @@
 -- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's elapsed ms.
 local function modeOf (arg)
   if arg == '1' then return 1, 0 end
-  if string.sub(arg, 1, 1) == 'r' then return 2, tonumber(string.sub(arg, 2)) end
+  if sub(arg, 1, 1) == 'r' then return 2, tonumber(sub(arg, 2)) end
   return 0, 0
 end
 

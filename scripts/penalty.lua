@@ -18,13 +18,13 @@
 --
 -- Shadow blocks and peeks never count refusals; refunds ignore penalties.
 local function penaltySpec (spec)
-  local a, f, b, m = string.match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
+  local a, f, b, m = match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
   return tonumber(a), tonumber(f), tonumber(b), tonumber(m)
 end
 local function penaltyRead (key)
-  local stored = redis.call('GET', key)
+  local stored = call('GET', key)
   if not stored then return 0, 0, 0, -1 end
-  local u, o, r, x = string.match(stored, '^(%-?%d+):(%d+):(%d+):(%-?%d+)$')
+  local u, o, r, x = match(stored, '^(%-?%d+):(%d+):(%d+):(%-?%d+)$')
   if not u then return 0, 0, 0, -1 end
   return tonumber(u), tonumber(o), tonumber(r), tonumber(x)
 end
@@ -39,8 +39,8 @@ local function penaltyRefused (key, spec, w, now)
   local last = 0
   if offences > 0 then
     last = forMs
-    for k = 2, offences do last = math.min(maxMs, last * backoff) end
-    last = math.floor(last)
+    for k = 2, offences do last = min(maxMs, last * backoff) end
+    last = floor(last)
     -- quiet for as long as the last penalty after it ended: the offences are forgotten
     if now >= untilMs + last then
       offences = 0
@@ -50,8 +50,8 @@ local function penaltyRefused (key, spec, w, now)
   if refusals >= after then
     offences = offences + 1
     local d = forMs
-    for k = 2, offences do d = math.min(maxMs, d * backoff) end
-    d = math.floor(math.min(maxMs, d))
+    for k = 2, offences do d = min(maxMs, d * backoff) end
+    d = floor(min(maxMs, d))
     untilMs = now + d
     last = d
     refusals = 0
@@ -59,6 +59,6 @@ local function penaltyRefused (key, spec, w, now)
   end
   local ttl = w
   if untilMs - now + last > ttl then ttl = untilMs - now + last end
-  redis.call('SET', key, string.format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', ttl)
+  call('SET', key, format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', ttl)
   return started
 end

@@ -17,13 +17,13 @@ local function addUnits (key, nowStr, from, n)
   local added = 0
   local first = 1
   while first <= n do
-    local last = math.min(n, first + 999)
+    local last = min(n, first + 999)
     local args = {}
     for i = first, last do
       args[#args + 1] = nowStr
-      args[#args + 1] = nowStr .. ':' .. string.format('%d', from + i)
+      args[#args + 1] = nowStr .. ':' .. format('%d', from + i)
     end
-    added = added + redis.call('ZADD', key, 'NX', unpack(args))
+    added = added + call('ZADD', key, 'NX', unpack(args))
     first = last + 1
   end
   return added
@@ -32,9 +32,9 @@ end
 -- The largest seq among the members scored nowStr.
 local function topSeq (key, nowStr)
   local top = 0
-  local same = redis.call('ZRANGEBYSCORE', key, nowStr, nowStr)
+  local same = call('ZRANGEBYSCORE', key, nowStr, nowStr)
   for _, member in ipairs(same) do
-    local seq = tonumber(string.match(member, ':(%d+)$')) or 0
+    local seq = tonumber(match(member, ':(%d+)$')) or 0
     if seq > top then top = seq end
   end
   return top
@@ -42,7 +42,7 @@ end
 
 -- ms until the k-th oldest entry expires (k >= 1, count >= k)
 local function expiryOf (key, k, w, now)
-  local r = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+  local r = call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
   return tonumber(r[2]) + w - now
 end
 
@@ -53,7 +53,7 @@ end
 local function refusal (key, count, limit, w, cost, now, more)
   local k = count + cost - limit
   if count - more < 16 then
-    local r = redis.call('ZRANGE', key, more - 1, -1, 'WITHSCORES')
+    local r = call('ZRANGE', key, more - 1, -1, 'WITHSCORES')
     local retry = w
     if cost <= limit then retry = tonumber(r[(k - more) * 2 + 2]) + w - now end
     return tonumber(r[#r]) + w - now, retry, tonumber(r[2]) + w - now
@@ -65,10 +65,10 @@ end
 
 return function (key, limit, w, _, cost, now, mode)
   if mode >= 2 then return 0 end
-  local nowStr = string.format('%d', now)
+  local nowStr = format('%d', now)
 
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
-  local count = redis.call('ZCARD', key)
+  call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+  local count = call('ZCARD', key)
 
   if cost <= limit and count + cost <= limit then
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty)
@@ -81,7 +81,7 @@ return function (key, limit, w, _, cost, now, mode)
       addUnits(key, nowStr, topSeq(key, nowStr), cost - added)
     end
     -- the newest entry is now: the whole set is irrelevant W ms from now
-    redis.call('PEXPIRE', key, w)
+    call('PEXPIRE', key, w)
     return 1, limit - count - cost, w, 0, nextMs
   end
 

@@ -5,29 +5,32 @@
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
 --   refused; usage is kept up to one capacity over the limit, an overdraft the next
 --   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
--- State: one string "idx:cur:prev". When the window index has advanced by 1 the
--- stored cur becomes prev; by 2 or more both are zero (stale state == absent state).
+-- State: idx, cur, prev packed as '<ddd' (prelude.lua). When the window index
+-- has advanced by 1 the stored cur becomes prev; by 2 or more both are zero
+-- (stale state == absent state). A write in the stored window keeps its TTL
+-- (KEEPTTL: the state expires when the next window ends, which has not moved);
+-- a SET with PX costs Redis more than the rest of the decision.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: GET (+ SET PX when admitted).
--- The stored counts of the current (cur) and previous (prev) window; zero when stale or absent.
+-- Calls: GET (+ SET PX, or SET KEEPTTL in the stored window, when admitted).
+-- The stored counts of the current (cur) and previous (prev) window, zero when
+-- stale or absent, and whether the state was written in this window.
 local function readCounts (key, idx)
-  local cur, prev = 0, 0
-  local stored = redis.call('GET', key)
-  if stored then
-    local a = string.find(stored, ':', 1, true)
-    local b = a and string.find(stored, ':', a + 1, true)
-    if b then
-      local sidx = tonumber(string.sub(stored, 1, a - 1))
-      local scur = tonumber(string.sub(stored, a + 1, b - 1)) or 0
-      if sidx == idx then
-        cur = scur
-        prev = tonumber(string.sub(stored, b + 1)) or 0
-      elseif sidx == idx - 1 then
-        prev = scur
-      end
-    end
+  local stored = call('GET', key)
+  if stored and #stored == 24 then
+    local sidx, scur, sprev = unpackNumbers('<ddd', stored)
+    if sidx == idx then return scur, sprev, true end
+    if sidx == idx - 1 then return 0, scur, false end
   end
-  return cur, prev
+  return 0, 0, false
+end
+
+-- The state under key: in the stored window its TTL stays, else it expires when the next window ends.
+local function save (key, idx, cur, prev, current, w, now)
+  if current then
+    call('SET', key, packNumbers('<ddd', idx, cur, prev), 'KEEPTTL')
+  else
+    call('SET', key, packNumbers('<ddd', idx, cur, prev), 'PX', format('%d', (idx + 2) * w - now))
+  end
 end
 
 -- ms from now until the estimate is 0 (quota fully restored)
@@ -76,7 +79,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
 
   local idx = idiv(now, w)
   local elapsed = now - idx * w
-  local cur, prev = readCounts(key, idx)
+  local cur, prev, current = readCounts(key, idx)
 
   if mode == 2 then
     -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
@@ -90,7 +93,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
     else
       return 0
     end
-    redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+    save(key, idx, cur, prev, current, w, now)
     return 1
   end
 
@@ -98,7 +101,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
     -- a charge goes to the current window (the one it was spent in, while that is current)
     cur = cur + cost
     if cur > 2 * limit then cur = 2 * limit end
-    redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now)
+    save(key, idx, cur, prev, current, w, now)
     return 1
   end
 
@@ -114,7 +117,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
   end
 
   cur = cur + cost
-  if mode == 0 then redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PX', (idx + 2) * w - now) end
+  if mode == 0 then save(key, idx, cur, prev, current, w, now) end
   local remaining = limit - estimate - cost
   return 1, remaining, resetMs(cur, prev, idx, w, now), 0, nextMs(cur, prev, limit, remaining, w, elapsed)
 end

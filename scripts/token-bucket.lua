@@ -8,7 +8,7 @@
 -- Exact integer arithmetic: tokens are scaled by windowMs (one token = W units,
 -- capacity = burst * W) and the bucket gains `limit` units per ms. Tokens go down
 -- to -capacity after an overdraft (mode 3), so 2 * capacity stays below 2^53.
--- State: one string "scaledTokens:ts" (tokens as of ms ts). A full bucket is not stored:
+-- State: scaledTokens, ts (tokens as of ms ts) packed as '<dd' (prelude.lua). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
@@ -17,29 +17,25 @@
 local function readTokens (key, cap, limit, now)
   local tokens = cap
   local base = now
-  local stored = redis.call('GET', key)
-  if stored then
-    local sep = string.find(stored, ':', 1, true)
-    local st = sep and tonumber(string.sub(stored, 1, sep - 1))
-    local ts = sep and tonumber(string.sub(stored, sep + 1))
-    if st and ts then
-      if st > cap then st = cap end
-      -- an overdraft is kept, down to one capacity below empty
-      if st < -cap then st = -cap end
-      local elapsed = now - ts
-      if elapsed < 0 then
-        elapsed = 0
-        base = ts
-      end
-      -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
-      local maxElapsed = idiv(2 * cap, limit) + 1
-      if elapsed > maxElapsed then elapsed = maxElapsed end
-      local gain = elapsed * limit
-      if gain >= cap - st then
-        tokens = cap
-      else
-        tokens = st + gain
-      end
+  local stored = call('GET', key)
+  if stored and #stored == 16 then
+    local st, ts = unpackNumbers('<dd', stored)
+    if st > cap then st = cap end
+    -- an overdraft is kept, down to one capacity below empty
+    if st < -cap then st = -cap end
+    local elapsed = now - ts
+    if elapsed < 0 then
+      elapsed = 0
+      base = ts
+    end
+    -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
+    local maxElapsed = idiv(2 * cap, limit) + 1
+    if elapsed > maxElapsed then elapsed = maxElapsed end
+    local gain = elapsed * limit
+    if gain >= cap - st then
+      tokens = cap
+    else
+      tokens = st + gain
     end
   end
   return tokens, base
@@ -73,10 +69,10 @@ return function (key, limit, w, burst, cost, now, mode)
     -- refund: the tokens go back into the bucket as it is now, up to its capacity
     tokens = tokens + cost * w
     if tokens >= cap then
-      redis.call('DEL', key)
+      call('DEL', key)
       return 1
     end
-    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens, cap, limit, lag))
+    call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', resetMs(tokens, cap, limit, lag)))
     return 1
   end
 
@@ -84,7 +80,7 @@ return function (key, limit, w, burst, cost, now, mode)
     -- charge without deciding: the bucket may go below empty, down to -capacity
     tokens = tokens - cost * w
     if tokens < -cap then tokens = -cap end
-    redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', resetMs(tokens, cap, limit, lag))
+    call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', resetMs(tokens, cap, limit, lag)))
     return 1
   end
 
@@ -98,6 +94,6 @@ return function (key, limit, w, burst, cost, now, mode)
 
   tokens = tokens - need
   local reset = resetMs(tokens, cap, limit, lag)
-  if mode == 0 then redis.call('SET', key, string.format('%d:%d', tokens, base), 'PX', reset) end
+  if mode == 0 then call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', reset)) end
   return 1, idiv(tokens, w), reset, 0, nextMs(tokens, cap, limit, w, lag)
 end

@@ -66,7 +66,7 @@ test('async by functions and user: awaited; rejection, overrun or bad value → 
     for (const name of ['rejects', 'never']) t.equal((await call(url, name)).statusCode, 200, `${url}: ${name} → fallback, admitted`)
     t.ok(Date.now() - started < 2000, `${url}: an identity that never settles costs identityTimeout, not a hang`)
     for (const name of ['badValue', 'rejectsOddly', 'throws']) t.equal((await call(url, name)).statusCode, 429, `${url}: ${name} → the same fallback bucket, now full`)
-    const fallback = `${prefix}:{GET:${url}|${label}~${IP}}:sw60000`
+    const fallback = `${prefix}:{GET:${url}|${label}~${IP}}:SW60000`
     t.equal(await redis.exists(fallback), 1, `${url}: the fallback key is the client IP`)
   }
   // Several parts: the async one awaited beside the sync ones.

@@ -45,7 +45,7 @@ test('an override set on one instance applies there at once and on the other wit
 
   const record = await a.rateLimit.setOverride({ target: 'GET /orders', limit: 5, ttl: 60_000, actor: 'alice', reason: 'incident 42' })
   t.match(record, { block: 'get-orders', route: 'GET /orders', identity: null, limit: 5, expiresAt: clock.now + 60_000, actor: 'alice', reason: 'incident 42', setAt: clock.now })
-  t.equal(record.id, `${prefix}:{GET:/orders|*}:sw60000`, 'the id is the block key with * for the caller')
+  t.equal(record.id, `${prefix}:{GET:/orders|*}:SW60000`, 'the id is the block key with * for the caller')
   const logged = linesA.find((line) => line.msg === 'rate limit override set')
   t.match(logged, { level: 30, change: 'set', actor: 'alice', reason: 'incident 42', at: new Date(clock.now).toISOString(), override: { limit: 5, id: record.id } }, 'the change is logged: what, by whom, why, when')
 
@@ -78,8 +78,8 @@ test('one caller\'s override, permanent until cleared; clearing is logged and re
   t.teardown(async () => { await a.close(); await b.close() })
 
   const record = await b.rateLimit.setOverride({ target: 'get-orders', identity: { ip: '198.51.100.1' }, limit: 1, ttl: 'permanent', actor: 'bob', reason: 'abusive scraper' })
-  t.match(record, { identity: { ip: '198.51.100.1' }, expiresAt: null, blockId: `${prefix}:{GET:/orders|*}:sw60000` })
-  t.equal(record.id, `${prefix}:{GET:/orders|ip=198.51.100.1}:sw60000`, 'the caller\'s own key')
+  t.match(record, { identity: { ip: '198.51.100.1' }, expiresAt: null, blockId: `${prefix}:{GET:/orders|*}:SW60000` })
+  t.equal(record.id, `${prefix}:{GET:/orders|ip=198.51.100.1}:SW60000`, 'the caller\'s own key')
   await waitFor('instance A applies it', async () => (await a.rateLimit.peek('GET /orders', { ip: '198.51.100.1' })).limit === 1, OVERRIDE_POLL_MS + 1000, 20)
   t.same(await hit(a, '198.51.100.1'), { status: 200, policy: '"get-orders";q=1;w=60' })
   t.equal((await hit(a, '198.51.100.1')).status, 429, 'that caller gets 1')

@@ -9,7 +9,7 @@ import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
  *   - with globalLimits, route block:  <prefix>:{<identity>}:<METHOD>:<route>:<suffix>
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
- * <suffix> is the algorithm's two letters and the window in ms (`sw60000`;
+ * <suffix> is the algorithm's two letters and the window in ms (`SW60000`;
  * compact forms for longer windows and calendar periods: keySuffix), or `cc`
  * for a concurrency block's slots, plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
  * a key, so a new limit or tier keeps the count. Blocks with different `by`
@@ -94,12 +94,17 @@ export function keyMethod (method: string | string[]): string {
   return upper === 'HEAD' ? 'GET' : upper
 }
 
+/**
+ * Uppercase: state format 2 (numbers packed as doubles, scripts/prelude.lua).
+ * The decimal format lived under the lowercase codes; a new format takes a new
+ * suffix, so old and new instances never read each other's state in a deploy.
+ */
 const SUFFIX: Record<AlgorithmName, string> = {
-  'fixed-window': 'fw',
-  'sliding-window': 'sw',
+  'fixed-window': 'FW',
+  'sliding-window': 'SW',
   'sliding-log': 'sl',
-  'token-bucket': 'tb',
-  gcra: 'gc'
+  'token-bucket': 'TB',
+  gcra: 'GC'
 }
 
 /** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
@@ -107,24 +112,24 @@ const DECIMAL_SUFFIX_MAX_MS = 86_400_000
 
 /**
  * A block's key suffix before sibling disambiguation, at most 10 characters
- * (the 128-byte bound is met exactly at `sw86400000`):
- * - a window up to a day: `sw60000` (the algorithm, the window in ms);
- * - a longer window: `sw~` + the ms in base 36 (`sw~eiz5s00` for 366 days;
+ * (the 128-byte bound is met exactly at `SW86400000`):
+ * - a window up to a day: `SW60000` (the algorithm, the window in ms);
+ * - a longer window: `SW~` + the ms in base 36 (`SW~eiz5s00` for 366 days;
  *   `~` never appears in the decimal form, so the two cannot meet);
  * - a concurrency block: `cc` (a sorted set of leased slots; the lease is not
  *   part of it, so a new lease keeps the slots in flight);
- * - a calendar period: `fp` + its unit's letter + 7 characters of SHA-256 over
- *   the time zone (as declared) and weekStart (`fpmX3k9aQ2`). The period's start is in the
+ * - a calendar period: `FP` + its unit's letter + 7 characters of SHA-256 over
+ *   the time zone (as declared) and weekStart (`FPmX3k9aQ2`). The period's start is in the
  *   state (fixed-window's index), so one key serves every period.
  */
 export function keySuffix (algorithm: RunAlgorithm, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
   if (algorithm === 'concurrency') return 'cc'
-  if (period !== undefined) return 'fp' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
+  if (period !== undefined) return 'FP' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
   if (windowMs <= DECIMAL_SUFFIX_MAX_MS) return SUFFIX[algorithm] + windowMs
   return `${SUFFIX[algorithm]}~${windowMs.toString(36)}`
 }
 
-/** Gives same-suffix siblings distinct keys: the second `sw60000` becomes `sw60000.1`. */
+/** Gives same-suffix siblings distinct keys: the second `SW60000` becomes `SW60000.1`. */
 export function distinctSuffixes (blocks: ReadonlyArray<{ suffix: string }>): void {
   const seen = new Set<string>()
   blocks.forEach((block, index) => {

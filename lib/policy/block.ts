@@ -61,7 +61,7 @@ export interface CompiledBlock {
   settle: SettleFunction | undefined
   /** `skip(request)`: true lets the request through unlimited (the whole route). */
   skip: SkipPredicate | undefined
-  /** Key suffix, e.g. `sw60000` (`.1` appended for a same-suffix sibling). */
+  /** Key suffix, e.g. `SW60000` (`.1` appended for a same-suffix sibling). */
   suffix: string
   identity: CompiledIdentity
   /** The raw `by`, to tell whether two blocks share an identity. */

@@ -124,3 +124,17 @@ export async function scriptCalls (admin: Redis): Promise<number> {
 export function createClient (server: RedisServer, options: RedisOptions = {}): Redis {
   return new Redis(server.url, { enableOfflineQueue: true, maxRetriesPerRequest: 1, ...options })
 }
+
+/** A client that can read a value as bytes (ioredis Redis, Cluster). */
+interface BufferReader { getBuffer: (key: string) => Promise<Buffer | null> }
+
+/**
+ * The numbers of an algorithm's state under key (format 2: little-endian
+ * doubles, scripts/prelude.lua): fixed-window [index, count], sliding-window
+ * [index, cur, prev], token-bucket [tokens, ms], gcra [tatMs, frac]; null when absent.
+ */
+export async function readState (client: BufferReader, key: string): Promise<number[] | null> {
+  const bytes = await client.getBuffer(key)
+  if (bytes === null) return null
+  return Array.from({ length: bytes.length / 8 }, (_, i) => bytes.readDoubleLE(i * 8))
+}

@@ -59,6 +59,8 @@ local redis = setmetatable({
         if string.upper(tostring(a[j])) == 'PX' then
           entry = 'SET PX ' .. string.format('%d', a[j + 1])
           a[j + 1] = tonumber(a[j + 1]) + 60000
+        elseif string.upper(tostring(a[j])) == 'KEEPTTL' then
+          entry = 'SET KEEPTTL'
         end
       end
     elseif cmd == 'PEXPIRE' then
@@ -192,17 +194,29 @@ function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: B
 }
 
 /**
+ * The write's TTL is the model's: set (SET PX, PEXPIRE), or kept (SET KEEPTTL)
+ * only where the key already expires exactly when the model's state does.
+ */
+function checkTtl (calls: string[], ttlMs: number, now: number, expiresAt: number | undefined, at: string): void {
+  const ttls = calls.filter((c) => /^(SET PX|PEXPIRE) /.test(c)).map((c) => Number(c.split(' ').pop()))
+  if (calls.includes('SET KEEPTTL')) {
+    assert.equal(ttls.length, 0, `${at}: KEEPTTL sets no TTL of its own (${calls.join(',')})`)
+    assert.equal(expiresAt, now + ttlMs, `${at}: the kept TTL ends where the model's does`)
+  } else {
+    assert.deepEqual(ttls, [ttlMs], `${at}: the script's TTL equals the model's (${calls.join(',')})`)
+  }
+  assert.ok(ttlMs > 0, `${at}: positive TTL`)
+}
+
+/**
  * A charge without deciding (mode 3): the script answers 1 and writes one
  * state with the model's TTL; the stale copy of the model is charged alike.
  */
-function forcedStep (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, cost: number, now: number, row: Row, current: unknown, stale: unknown, at: string): { state: unknown, ttlMs: number, staleState: unknown } {
+function forcedStep (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, cost: number, now: number, row: Row, current: unknown, stale: unknown, expiresAt: number | undefined, at: string): { state: unknown, ttlMs: number, staleState: unknown } {
   assert.equal(row[0], 1, `${at}: a forced charge always applies`)
   const charged = model.charge?.(freeze(current), params, cost, now, 0)
   assert.ok(charged !== undefined && charged.state !== undefined, `${at}: the model charges`)
-  const calls = row[5] === '' ? [] : row[5].split(',')
-  const ttls = calls.filter((c) => /^SET PX /.test(c)).map((c) => Number(c.split(' ').pop()))
-  assert.deepEqual(ttls, [charged.ttlMs], `${at}: the script's TTL equals the model's (${row[5]})`)
-  assert.ok(charged.ttlMs > 0, `${at}: positive TTL`)
+  checkTtl(row[5] === '' ? [] : row[5].split(','), charged.ttlMs, now, expiresAt, at)
   return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now, 0)?.state }
 }
 
@@ -238,7 +252,7 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           const row = rows[i] as Row
           const at = `step ${i} (cost ${cost}${force === true ? ', forced' : ''} at +${now - (steps[0] as Step).now})`
           if (force === true) {
-            const forced = forcedStep(model, params, cost, now, row, live(now), stale, at)
+            const forced = forcedStep(model, params, cost, now, row, live(now), stale, live(now) === undefined ? undefined : stored?.expiresAt, at)
             tally.forced++
             stored = forced.ttlMs > 0 ? { state: forced.state, expiresAt: now + forced.ttlMs } : undefined
             stale = forced.staleState
@@ -260,14 +274,11 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
 
           // what the script wrote, and the TTL it set
           const calls = row[5] === '' ? [] : row[5].split(',')
-          const ttls = calls.filter((c) => /^(SET PX|PEXPIRE) /.test(c)).map((c) => Number(c.split(' ').pop()))
           const wrote = calls.some((c) => /^(SET|ZADD|PEXPIRE)\b/.test(c))
           assert.ok(!calls.includes('TIME'), `${at}: no TIME with an injected clock`)
           if (d.allowed) {
             assert.ok(m.state !== undefined, `${at}: the model stores a state when admitting`)
-            assert.equal(ttls.length, 1, `${at}: one TTL per admitted request (${row[5]})`)
-            assert.equal(ttls[0], m.ttlMs, `${at}: the script's TTL equals the model's ttlMs`)
-            assert.ok(m.ttlMs > 0, `${at}: positive TTL`)
+            checkTtl(calls, m.ttlMs, now, current === undefined ? undefined : stored?.expiresAt, at)
             admitted.push({ now, cost })
           } else {
             tally.rejected++

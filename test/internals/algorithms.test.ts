@@ -9,7 +9,7 @@
  */
 import { test, type Test } from 'tap'
 import type { Redis } from 'ioredis'
-import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
+import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
 import { ALGORITHMS, type AlgorithmName, type BlockParams, type RawDecision } from '../../lib/store/algorithms.js'
 import { loadScripts } from '../../lib/store/redis/scripts.js'
@@ -396,14 +396,14 @@ test('algorithms on lua and memory', async (t) => {
         t.ok(await client.pttl(key) > 0, `${a}: TTL set`)
         // the state carries the Redis time
         if (a === 'fixed-window' || a === 'sliding-window') {
-          const idx = Number(((await client.get(key)) as string).split(':')[0])
+          const idx = (await readState(client, key))?.[0] ?? NaN
           t.ok(Math.abs(idx - Math.floor(redisNow / hour)) <= 1, `${a}: window index ${idx} from the Redis clock`)
         } else {
           let stamp: number
           if (a === 'sliding-log') {
             stamp = (await zentries(key))[0]?.[1] ?? NaN
           } else {
-            const [first, second] = ((await client.get(key)) as string).split(':').map(Number) as [number, number]
+            const [first, second] = (await readState(client, key) ?? [NaN, NaN]) as [number, number]
             // token-bucket keeps the ms of its last refill; gcra the TAT, two emission intervals (1 h) ahead
             stamp = a === 'token-bucket' ? second : first - hour
           }

@@ -72,7 +72,7 @@ test('HEAD shares the GET bucket; method arrays share one bucket', async (t) => 
 
 test('hostile identities and routes: one slot per decision, bounded length, no braces from the client', async (t) => {
   const hostile = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', '\0', '☃', 'x'.repeat(8192), '|', ',', '=', '~', '%H']
-  const suffixes = ['fw86400000', 'sw60000', 'sl1000', 'tb1', 'gc86400000']
+  const suffixes = ['FW86400000', 'SW60000', 'sl1000', 'TB1', 'GC86400000']
   for (const value of hostile) {
     const identity = `u=${hashValue(value)}`
     for (const url of ['/orders/:id', '/{weird}/:id', '/' + 'a'.repeat(300), '/a|b', '/%7B']) {
@@ -95,15 +95,15 @@ test('property: distinct (route, identity) pairs never share a key, and keys sta
   const identity = fc.array(part, { minLength: 1, maxLength: 4 }).map((parts) => parts.join(','))
   const pair = fc.tuple(method, url, identity)
   t.doesNotThrow(() => fc.assert(fc.property(pair, pair, ([m1, u1, i1], [m2, u2, i2]) => {
-    const k1 = fullKey(m1, u1, i1, 'sw60000')
-    const k2 = fullKey(m2, u2, i2, 'sw60000')
+    const k1 = fullKey(m1, u1, i1, 'SW60000')
+    const k2 = fullKey(m2, u2, i2, 'SW60000')
     if (Buffer.byteLength(k1) > MAX_KEY_BYTES) return false
     const same = m1 === m2 && u1 === u2 && i1 === i2
     return same === (k1 === k2)
   }), { numRuns: 3000 }), 'no collision and no oversized key in 3000 random pairs')
   // The separator trick from the issue: route `a:b` + id `c` versus route `a` + id `b:c`.
-  t.not(fullKey('GET', '/a:b', 'u=c', 'sw1'), fullKey('GET', '/a', 'u=b:c', 'sw1'))
-  t.not(fullKey('GET', '/a|u=b', 'u=c', 'sw1'), fullKey('GET', '/a', 'u=b|u=c', 'sw1'))
+  t.not(fullKey('GET', '/a:b', 'u=c', 'SW1'), fullKey('GET', '/a', 'u=b:c', 'SW1'))
+  t.not(fullKey('GET', '/a|u=b', 'u=c', 'SW1'), fullKey('GET', '/a', 'u=b|u=c', 'SW1'))
 })
 
 test('the route table parser reads Fastify printRoutes output', async (t) => {
@@ -121,7 +121,7 @@ test('the route table parser reads Fastify printRoutes output', async (t) => {
 })
 
 const HOSTILE_VALUES = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', 'a\r\nX-Evil: 1', '\0', 'a\0b', '☃', '{☃}', 'x'.repeat(8192), 'sk_' + '{k}'.repeat(2730), '|', ',', '=', '~', '%H', 'u=x', 'ip=1.2.3.4', 'a,b', '']
-const ALL_SUFFIXES = ['fw1000', 'sw60000', 'sl900000', 'tb1000', 'gc86400000', 'sw3600000']
+const ALL_SUFFIXES = ['FW1000', 'SW60000', 'sl900000', 'TB1000', 'GC86400000', 'SW3600000']
 
 /** A request as the identity code reads it, carrying `value` in every field that can feed a key. */
 function hostileRequest (value: string, ip = '203.0.113.9'): FastifyRequest {
@@ -202,8 +202,8 @@ test('property: raw identity values through the real identity code never collide
   }) as unknown as FastifyRequest
   const caller = fc.record({ url, by, user: value, key: value, ip: fc.ipV4() })
   t.doesNotThrow(() => fc.assert(fc.property(caller, caller, (a, b) => {
-    const keyA = keyHead('rl', routeSegment('GET', a.url)) + render(a.by, request(a.user, a.key, a.ip)) + keyTail('sw60000')
-    const keyB = keyHead('rl', routeSegment('GET', b.url)) + render(b.by, request(b.user, b.key, b.ip)) + keyTail('sw60000')
+    const keyA = keyHead('rl', routeSegment('GET', a.url)) + render(a.by, request(a.user, a.key, a.ip)) + keyTail('SW60000')
+    const keyB = keyHead('rl', routeSegment('GET', b.url)) + render(b.by, request(b.user, b.key, b.ip)) + keyTail('SW60000')
     if (Buffer.byteLength(keyA) > MAX_KEY_BYTES || Buffer.byteLength(keyB) > MAX_KEY_BYTES) return false
     // The pair is the same caller on the same route when route, spec and every value the spec reads agree.
     const reads = (c: typeof a) => {
@@ -219,7 +219,7 @@ test('property: raw identity values through the real identity code never collide
     return same === (keyA === keyB)
   }), { numRuns: 3000 }), 'no collision in 3000 random pairs of raw callers')
   // The issue's example with real identity values: route `a:b` + id `c` versus route `a` + id `b:c`.
-  const userKey = (url: string, user: string) => keyHead('rl', routeSegment('GET', url)) + render('user', request(user, 'k', '1.2.3.4')) + keyTail('sw1')
+  const userKey = (url: string, user: string) => keyHead('rl', routeSegment('GET', url)) + render('user', request(user, 'k', '1.2.3.4')) + keyTail('SW1')
   t.not(userKey('/a:b', 'c'), userKey('/a', 'b:c'))
   t.not(userKey('/a', 'b|u=c'), userKey('/a|u=b', 'c'))
   t.not(render(['user', 'api-key'], request('a,k=b', 'c', '1.2.3.4')), render(['user', 'api-key'], request('a', 'b,k=c', '1.2.3.4')))
@@ -245,10 +245,10 @@ test('the longest window and a calendar period keep every key within 128 bytes, 
     longest: keySuffix('gcra', MAX_WINDOW_MS),
     period: keySuffix('fixed-window', NOMINAL_PERIOD_MS.month, { unit: 'month', timeZone: longest, weekStart: 1 })
   }
-  t.equal(suffixes.day, 'gc86400000', 'windows up to a day keep their suffix (rolling deploys)')
-  t.equal(suffixes.longest, 'gc~eiz5s00', '366 days: a compact suffix')
-  t.match(suffixes.period, /^fpm[A-Za-z0-9_-]{7}$/)
-  t.equal(keySuffix('sliding-window', 2 * DAY_MS), 'sw~2uvpc0', 'two days')
+  t.equal(suffixes.day, 'GC86400000', 'windows up to a day keep their suffix (rolling deploys)')
+  t.equal(suffixes.longest, 'GC~eiz5s00', '366 days: a compact suffix')
+  t.match(suffixes.period, /^FPm[A-Za-z0-9_-]{7}$/)
+  t.equal(keySuffix('sliding-window', 2 * DAY_MS), 'SW~2uvpc0', 'two days')
   t.not(keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 7 }), 'weekStart is in the key')
   t.not(keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'Europe/Berlin', weekStart: 1 }), 'the time zone is in the key')
   const prefix = 'p'.repeat(MAX_PREFIX_LENGTH)

@@ -8,7 +8,7 @@
  */
 import { test } from 'tap'
 import { readdirSync } from 'node:fs'
-import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
+import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
 import { buildBatchScript, buildMultiScript, loadScripts, readSources } from '../../lib/store/redis/scripts.js'
 
@@ -33,10 +33,10 @@ function stripComments (src: string): string {
 
 interface LuaCall { index: number, args: string[] }
 
-/** Every redis.call / redis.pcall with its top-level argument expressions. */
+/** Every redis.call / redis.pcall (the prelude's local `call` is redis.call) with its top-level argument expressions. */
 function redisCalls (src: string): LuaCall[] {
   const out: LuaCall[] = []
-  const re = /redis\.p?call\s*\(/g
+  const re = /(?:\bredis\.p?call|(?<![.\w])call)\s*\(/g
   let m: RegExpExecArray | null
   while ((m = re.exec(src)) !== null) {
     const args: string[] = []
@@ -129,8 +129,10 @@ for (const name of ALGORITHMS) {
       if (cmd === 'SET') {
         writes++
         const px = call.args.findIndex((a) => literal(a) === 'PX')
-        t.ok(px > 1 && call.args[px + 1] !== undefined, 'SET carries PX <ms>')
-        t.notOk(call.args.some((a) => literal(a) === 'KEEPTTL'), 'no KEEPTTL')
+        const keep = call.args.findIndex((a) => literal(a) === 'KEEPTTL')
+        t.ok((px > 1 && call.args[px + 1] !== undefined) !== (keep > 1), 'SET carries PX <ms> or KEEPTTL, not both')
+        // KEEPTTL only beside a SET PX of the same state: the first write in a window sets the TTL the others keep
+        if (keep > 1) t.ok(calls.some((other) => literal(other.args[0]) === 'SET' && other.args.some((a) => literal(a) === 'PX') && other.args[2] === call.args[2]), 'KEEPTTL beside a SET PX of the same state')
       } else if (WRITES.has(cmd)) {
         writes++
         // a PEXPIRE on the same key must follow before the script can return
@@ -176,6 +178,7 @@ local redis = setmetatable({
     if string.upper(a[1]) == 'SET' then
       for j = 3, #a do
         if string.upper(tostring(a[j])) == 'PX' then calls[#calls] = 'SET PX ' .. string.format('%d', a[j + 1]) end
+        if string.upper(tostring(a[j])) == 'KEEPTTL' then calls[#calls] = 'SET KEEPTTL' end
       end
     elseif string.upper(a[1]) == 'PEXPIRE' then
       calls[#calls] = 'PEXPIRE ' .. string.format('%d', a[3])
@@ -214,6 +217,13 @@ test('redis.call per path, on a real Redis', async (t) => {
     const admit = await run(name, key, [10, W, 1, 1, B + 1000])
     t.same(admit.calls, ['GET', `SET PX ${ttl}`], `${name}: admitted = GET + SET PX (2 calls)`)
     t.equal(admit.reply[0], 1)
+    if (name === 'fixed-window' || name === 'sliding-window') {
+      // in the stored window the TTL is kept: the window's end has not moved
+      const again = await run(name, key, [10, W, 1, 1, B + 2000])
+      t.same(again.calls, ['GET', 'SET KEEPTTL'], `${name}: admitted again in the window = GET + SET KEEPTTL`)
+      const pttl = await client.pttl(key)
+      t.ok(pttl > 0 && pttl <= ttl, `${name}: the kept TTL ${pttl} is the window's`)
+    }
     const reject = await run(name, key, [1, W, 1, 1, B + 1000])
     t.same(reject.calls, ['GET'], `${name}: rejected = GET only (1 call)`)
     t.equal(reject.reply[0], 0)
@@ -274,7 +284,7 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   const periodKey = `${prefix}:{period}`
   const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, 1, 2, 1000, 2, '', '', '1000:5000:12000:20000', 1, 1) as unknown[]
   t.same(await at(4000), [1, 1, 1, 1000, 0, 1000], 'the previous period [1000, 5000): 1 s to its end')
-  t.equal(await client.get(periodKey), '1000:1', 'the state names the period by its start')
+  t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')
   t.same(await at(5000), [1, 1, 1, 7000, 0, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
   t.same(await at(19_000), [1, 1, 1, 1000, 0, 1000], 'the next period [12000, 20000)')
   t.same(await at(19_500), [1, 1, 0, 500, 0, 500])

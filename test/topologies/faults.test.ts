@@ -3,6 +3,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { Redis } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../helpers/app.js'
+import { readState } from '../helpers/redis.js'
 import type { RateLimitPluginOptions } from '../../lib/index.js'
 import { adminClient, pluginClient, startProxy, startServer, waitFor, type ClientKind, type ManagedServer } from '../helpers/topologies.js'
 
@@ -252,7 +253,7 @@ for (const kind of KINDS) {
     await sleep(100) // let any resent command land before reading the count
     const [key] = await admin.keys('lost:{GET:/count|*')
     t.ok(key, 'the counter key exists')
-    const count = Number(String(await admin.get(key as string)).split(':')[1])
+    const count = (await readState(admin, key as string))?.[1] ?? Number.NaN
     const stall = figures(t, 'reply lost', kind, d, r, { countRequests: 1 + lost, countStored: count })
     check(t, kind, d, r, kind === 'recommended' ? RESUME_MS : 6000, stall)
     await limitBitesAgain(t, h)

@@ -54,7 +54,10 @@ local function periodFn (fn, bounds, at)
 end
 local specs = tonumber(ARGV[2])
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
+-- A spec's number by its text as a decision sends it: a table read per decision instead of a tonumber (strtod)
+local specOf = {}
 for s = 1, specs do
+  specOf[format('%d', s)] = s
   local b = 3 + (s - 1) * SPEC_STRIDE
   sFn[s] = algorithms[tonumber(ARGV[b])]
   sLimit[s], sWindow[s], sBurst[s] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
@@ -181,9 +184,12 @@ local at = 3 + specs * SPEC_STRIDE
 local k = 1
 local last = #ARGV
 while at <= last do
-  local s = tonumber(ARGV[at])
+  local s = specOf[ARGV[at]] or tonumber(ARGV[at])
   if s > 0 then
-    local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], tonumber(ARGV[at + 1]), now, 0)
+    -- most costs are 1: a string comparison (interned: one pointer) spares the strtod
+    local cost = ARGV[at + 1]
+    if cost == '1' then cost = 1 else cost = tonumber(cost) end
+    local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
     if ok then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, a, r, reset, retry, nextMs
       o = o + 6

@@ -10,8 +10,9 @@
 --             period's boundaries 'b0:b1:b2:b3', see lib/store/periods.ts: the
 --             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now)
 --   then per decision, in order, either
---     s, cost          (s > 0) one block of spec s, charged, no penalty: the
+--     s                (s > 0) one block of spec s, charged 1, no penalty: the
 --                      common case; its one key is next in KEYS
+--     -2, s, cost      the same with another cost
 --     0, n, mode, then n pairs (spec, cost)
 --                      any decision: mode '' = charge, '1' = peek (a
 --                      concurrency block's cost is the request's slot id,
@@ -32,10 +33,10 @@
 -- reads its key before it writes and decideAll writes only after every dry
 -- pass. Penalties: see penalty.lua.
 --
--- Reply, per decision in order: 1 followed by its values (DECISION_STRIDE per
--- block for a decision or a peek: allowed (0, 1, or 2 for a penalty),
--- remaining, resetMs, retryAfterMs, nextMs; 1 per entry for adjustments: 1
--- when it changed something, else 0), or 0 followed by the error text.
+-- Reply, per decision in order: its values (DECISION_STRIDE numbers per block
+-- for a decision or a peek: allowed (0, 1, or 2 for a penalty), remaining,
+-- resetMs, retryAfterMs, nextMs; one per entry for adjustments: 1 when it
+-- changed something, else 0), or 0 followed by the error text (the one string).
 local now = nowMs(ARGV[1])
 
 -- A calendar period's block: fixed-window over the period holding now (its start
@@ -184,28 +185,27 @@ local at = 3 + specs * SPEC_STRIDE
 local k = 1
 local last = #ARGV
 while at <= last do
-  local s = specOf[ARGV[at]] or tonumber(ARGV[at])
-  if s > 0 then
-    -- most costs are 1: a string comparison (interned: one pointer) spares the strtod
-    local cost = ARGV[at + 1]
-    if cost == '1' then cost = 1 else cost = tonumber(cost) end
+  -- the common case by a table read of its text (no tonumber: strtod), cost 1 implied
+  local head = ARGV[at]
+  local s, cost, width = specOf[head], 1, 1
+  if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
+  if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
     if ok then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, a, r, reset, retry, nextMs
-      o = o + 6
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, r, reset, retry, nextMs
+      o = o + 5
     else
       out[o + 1], out[o + 2] = 0, errorText(a)
       o = o + 2
     end
     k = k + 1
-    at = at + 2
-  elseif s < 0 then
+    at = at + width
+  elseif head == '-1' then
     local n = tonumber(ARGV[at + 1])
     local ok, r = pcall(adjustAll, at + 2, k, n)
     if ok then
-      out[o + 1] = 1
-      for i = 1, n do out[o + 1 + i] = r[i] end
-      o = o + 1 + n
+      for i = 1, n do out[o + i] = r[i] end
+      o = o + n
     else
       out[o + 1], out[o + 2] = 0, errorText(r)
       o = o + 2
@@ -216,9 +216,8 @@ while at <= last do
     local n = tonumber(ARGV[at + 1])
     local ok, r, nextKey = pcall(decide, at + 3, k, n, ARGV[at + 2])
     if ok then
-      out[o + 1] = 1
-      for i = 1, #r do out[o + 1 + i] = r[i] end
-      o = o + 1 + #r
+      for i = 1, #r do out[o + i] = r[i] end
+      o = o + #r
       k = nextKey
     else
       out[o + 1], out[o + 2] = 0, errorText(r)

@@ -274,21 +274,23 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.match(script.source, /^#!lua\n/, `${what}: the Redis 7 shebang`)
     t.equal(await client.script('LOAD', script.source), script.sha, `${what}: SCRIPT LOAD`)
   }
-  // One fixed-window block by the batch script's wire format: now '', one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty, no period), then spec 1 with cost 1.
+  // One fixed-window block by the batch script's wire format: now '', one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty, no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
-  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', '', 1, 1) as unknown[]
-  t.same(batch.slice(0, 2), [1, 1], 'batch: decision 1 ran and admitted')
-  t.equal(batch.length, 6, 'batch: status and five numbers')
+  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', '', 1) as unknown[]
+  t.same(batch.slice(0, 2), [1, 4], 'batch: decision 1 ran and admitted, 4 left')
+  t.equal(batch.length, 5, 'batch: five numbers')
+  const costly = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', '', -2, 1, 3) as unknown[]
+  t.same(costly.slice(0, 2), [1, 1], 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.
   const periodKey = `${prefix}:{period}`
-  const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, 1, 2, 1000, 2, '', '', '1000:5000:12000:20000', 1, 1) as unknown[]
-  t.same(await at(4000), [1, 1, 1, 1000, 0, 1000], 'the previous period [1000, 5000): 1 s to its end')
+  const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, 1, 2, 1000, 2, '', '', '1000:5000:12000:20000', 1) as unknown[]
+  t.same(await at(4000), [1, 1, 1000, 0, 1000], 'the previous period [1000, 5000): 1 s to its end')
   t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')
-  t.same(await at(5000), [1, 1, 1, 7000, 0, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
-  t.same(await at(19_000), [1, 1, 1, 1000, 0, 1000], 'the next period [12000, 20000)')
-  t.same(await at(19_500), [1, 1, 0, 500, 0, 500])
-  t.same(await at(19_600), [1, 0, 0, 400, 400, 400], 'refused until the next period\'s end')
+  t.same(await at(5000), [1, 1, 7000, 0, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
+  t.same(await at(19_000), [1, 1, 1000, 0, 1000], 'the next period [12000, 20000)')
+  t.same(await at(19_500), [1, 0, 500, 0, 500])
+  t.same(await at(19_600), [0, 0, 400, 400, 400], 'refused until the next period\'s end')
   const outside = await at(20_000)
   t.equal(outside[0], 0, 'beyond the periods sent: that decision fails, alone')
   t.match(String(outside[1]), /now is outside the calendar periods sent/)

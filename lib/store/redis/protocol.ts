@@ -122,8 +122,9 @@ function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | nu
 
 /**
  * The arguments after the SHA (or source) for one batch: key count, every
- * call's keys, now ('' = Redis TIME), the spec table, then per call `spec,
- * cost` (one charged block without a penalty), `0, n, mode, n × (spec, cost)`
+ * call's keys, now ('' = Redis TIME), the spec table, then per call `spec`
+ * (one block without a penalty charged 1: most decisions, in one value),
+ * `-2, spec, cost` (the same with another cost), `0, n, mode, n × (spec, cost)`
  * (any decision; a concurrency block's cost is the slot id) or `-1, n, n × (kind,
  * spec, units, elapsed)` (adjustments; a slot's release or renewal has the slot id for units).
  */
@@ -141,7 +142,9 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
     const first = runs[0] as BlockRun
     // A slot is taken only after a dry pass admits: never the straight common case.
     if (runs.length === 1 && call.mode === '' && first.penalty === undefined && !isSlotRun(first)) {
-      decisions.push(specs.of(first), costs[0] as number)
+      const cost = costs[0] as number
+      if (cost === 1) decisions.push(specs.of(first))
+      else decisions.push(-2, specs.of(first), cost)
       continue
     }
     decisions.push(0, runs.length, call.mode)
@@ -155,28 +158,27 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
 }
 
 /**
- * Splits a batch reply among its calls, `1, values...` or `0, error text`
- * each: per call its values, or the error it failed with.
+ * Splits a batch reply among its calls, its values (numbers) or `0, error
+ * text` each: per call its values, or the error it failed with.
  */
 export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): Array<number[] | Error> {
   const out: Array<number[] | Error> = []
   const list = Array.isArray(reply) ? reply as unknown[] : []
   let at = 0
   for (const call of calls) {
-    const status = list[at]
-    if (status === 0 && typeof list[at + 1] === 'string') {
+    if (list[at] === 0 && typeof list[at + 1] === 'string') {
       out.push(new FST_RRL_SCRIPT_ERROR(list[at + 1] as string))
       at += 2
       continue
     }
-    const values = status === 1 ? list.slice(at + 1, at + 1 + call.replyLength) : []
+    const values = list.slice(at, at + call.replyLength)
     if (values.length !== call.replyLength || !values.every((value) => typeof value === 'number')) {
       // The rest cannot be located either.
       while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
       return out
     }
     out.push(values as number[])
-    at += 1 + call.replyLength
+    at += call.replyLength
   }
   return out
 }

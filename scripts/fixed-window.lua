@@ -26,7 +26,7 @@ end
 
 return function (key, limit, w, _, cost, now, mode, elapsed, start)
 
-  local idx = start or idiv(now, w)
+  local idx = start or floor(now / w)
   local from = start or idx * w
   local count = 0
   local current = false

@@ -16,13 +16,13 @@
 -- whole units left under the tolerance: 0 while the debt is beyond it (an overdraft)
 local function left (debt, cap, w)
   if debt >= cap then return 0 end
-  return idiv(cap - debt, w)
+  return floor((cap - debt) / w)
 end
 
 -- ms until the debt d leaves room for one more whole unit; 0 = no debt (full)
 local function nextMs (debt, cap, limit, w)
   if debt <= 0 then return 0 end
-  return cdiv(debt - (cap - (left(debt, cap, w) + 1) * w), limit)
+  return ceil((debt - (cap - (left(debt, cap, w) + 1) * w)) / limit)
 end
 
 return function (key, limit, w, burst, cost, now, mode)
@@ -37,7 +37,7 @@ return function (key, limit, w, burst, cost, now, mode)
       local dMs = tatMs - now
       -- a TAT further ahead than an overdrawn tolerance can reach (clock went backwards)
       -- counts as the most it can be: twice the tolerance
-      local maxMs = idiv(2 * cap, limit) + 1
+      local maxMs = floor((2 * cap) / limit) + 1
       if dMs > maxMs then dMs = maxMs end
       d = dMs * limit + frac
       if d > 2 * cap then d = 2 * cap end
@@ -51,8 +51,8 @@ return function (key, limit, w, burst, cost, now, mode)
       call('DEL', key)
       return 1
     end
-    local rwhole = idiv(rd, limit)
-    call('SET', key, packNumbers('<dd', now + rwhole, rd - rwhole * limit), 'PX', format('%d', cdiv(rd, limit)))
+    local rwhole = floor(rd / limit)
+    call('SET', key, packNumbers('<dd', now + rwhole, rd - rwhole * limit), 'PX', format('%d', ceil(rd / limit)))
     return 1
   end
 
@@ -60,21 +60,21 @@ return function (key, limit, w, burst, cost, now, mode)
     -- charge without deciding: the debt may go beyond the tolerance, up to twice it
     local cd = d + cost * w
     if cd > 2 * cap then cd = 2 * cap end
-    local cwhole = idiv(cd, limit)
-    call('SET', key, packNumbers('<dd', now + cwhole, cd - cwhole * limit), 'PX', format('%d', cdiv(cd, limit)))
+    local cwhole = floor(cd / limit)
+    call('SET', key, packNumbers('<dd', now + cwhole, cd - cwhole * limit), 'PX', format('%d', ceil(cd / limit)))
     return 1
   end
 
   if cost > burst then
-    return 0, left(d, cap, w), cdiv(d, limit), w, nextMs(d, cap, limit, w)
+    return 0, left(d, cap, w), ceil(d / limit), w, nextMs(d, cap, limit, w)
   end
   local nd = d + cost * w
   if nd > cap then
-    return 0, left(d, cap, w), cdiv(d, limit), cdiv(nd - cap, limit), nextMs(d, cap, limit, w)
+    return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap) / limit), nextMs(d, cap, limit, w)
   end
 
-  local whole = idiv(nd, limit)
-  local reset = cdiv(nd, limit)
+  local whole = floor(nd / limit)
+  local reset = ceil(nd / limit)
   if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', reset)) end
-  return 1, idiv(cap - nd, w), reset, 0, nextMs(nd, cap, limit, w)
+  return 1, floor((cap - nd) / w), reset, 0, nextMs(nd, cap, limit, w)
 end

@@ -32,7 +32,7 @@ end
 local function penaltyRefused (key, spec, w, now)
   local after, forMs, backoff, maxMs = penaltySpec(spec)
   local untilMs, offences, refusals, idx = penaltyRead(key)
-  local current = idiv(now, w)
+  local current = floor(now / w)
   if idx ~= current then refusals = 0 end
   refusals = refusals + 1
   local started = nil

@@ -38,10 +38,10 @@ local function resetMs (c, p, idx, w, now)
   local elapsed = now - idx * w
   if c > 0 then
     -- in the next window c is the previous count: floor(c * (W - e) / W) = 0 once e >= W - floor((W - 1) / c)
-    return (idx + 1) * w + w - idiv(w - 1, c) - now
+    return (idx + 1) * w + w - floor((w - 1) / c) - now
   end
   if p > 0 then
-    local e = w - idiv(w - 1, p)
+    local e = w - floor((w - 1) / p)
     if e > elapsed then return e - elapsed end
   end
   return 0
@@ -52,7 +52,7 @@ local function retryMs (cur, prev, limit, cost, w, elapsed)
   local retry = -1
   local room = limit - cost - cur
   if room >= 0 and prev > 0 then
-    local e = w - idiv((room + 1) * w - 1, prev)
+    local e = w - floor(((room + 1) * w - 1) / prev)
     if e <= elapsed then e = elapsed + 1 end
     if e < w then retry = e - elapsed end
   end
@@ -60,7 +60,7 @@ local function retryMs (cur, prev, limit, cost, w, elapsed)
     -- next window: prev = cur, cur = 0; earliest e with floor(cur * (W - e) / W) <= limit - cost
     local e = 0
     if cur > 0 then
-      e = w - idiv((limit - cost + 1) * w - 1, cur)
+      e = w - floor(((limit - cost + 1) * w - 1) / cur)
       if e < 0 then e = 0 end
     end
     -- e == W means the window after next, where everything is zero
@@ -77,13 +77,13 @@ end
 
 return function (key, limit, w, _, cost, now, mode, elapsedSince)
 
-  local idx = idiv(now, w)
+  local idx = floor(now / w)
   local elapsed = now - idx * w
   local cur, prev, current = readCounts(key, idx)
 
   if mode == 2 then
     -- refund from the window it was spent in: the current one (cur) or the previous one (prev)
-    local atIdx = idiv(now - elapsedSince, w)
+    local atIdx = floor((now - elapsedSince) / w)
     if atIdx == idx and cur > 0 then
       cur = cur - cost
       if cur < 0 then cur = 0 end
@@ -105,7 +105,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
     return 1
   end
 
-  local estimate = idiv(prev * (w - elapsed), w) + cur
+  local estimate = floor((prev * (w - elapsed)) / w) + cur
   local available = limit - estimate
   if available < 0 then available = 0 end
 

@@ -29,7 +29,7 @@ local function readTokens (key, cap, limit, now)
       base = ts
     end
     -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
-    local maxElapsed = idiv(2 * cap, limit) + 1
+    local maxElapsed = floor((2 * cap) / limit) + 1
     if elapsed > maxElapsed then elapsed = maxElapsed end
     local gain = elapsed * limit
     if gain >= cap - st then
@@ -44,19 +44,19 @@ end
 -- ms until the bucket is full again (t tokens, counted `lag` ms from now); 0 = full
 local function resetMs (t, cap, limit, lag)
   if t >= cap then return 0 end
-  return lag + cdiv(cap - t, limit)
+  return lag + ceil((cap - t) / limit)
 end
 
 -- whole tokens in the bucket: 0 while it is overdrawn
 local function whole (t, w)
   if t <= 0 then return 0 end
-  return idiv(t, w)
+  return floor(t / w)
 end
 
 -- ms until the bucket holds one more whole token; 0 = full
 local function nextMs (t, cap, limit, w, lag)
   if t >= cap then return 0 end
-  return lag + cdiv((whole(t, w) + 1) * w - t, limit)
+  return lag + ceil(((whole(t, w) + 1) * w - t) / limit)
 end
 
 return function (key, limit, w, burst, cost, now, mode)
@@ -89,11 +89,11 @@ return function (key, limit, w, burst, cost, now, mode)
   end
   local need = cost * w
   if tokens < need then
-    return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + cdiv(need - tokens, limit), nextMs(tokens, cap, limit, w, lag)
+    return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((need - tokens) / limit), nextMs(tokens, cap, limit, w, lag)
   end
 
   tokens = tokens - need
   local reset = resetMs(tokens, cap, limit, lag)
   if mode == 0 then call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', reset)) end
-  return 1, idiv(tokens, w), reset, 0, nextMs(tokens, cap, limit, w, lag)
+  return 1, floor(tokens / w), reset, 0, nextMs(tokens, cap, limit, w, lag)
 end

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
-import { frameBatch, splitBatchReply, type EncodedCall } from './protocol.js'
+import { frameBatch, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
 import { isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
@@ -47,10 +47,7 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  */
 
 /** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
-export type BatchJob = EncodedCall & {
-  resolve: (values: number[]) => void
-  reject: (error: unknown) => void
-}
+export type BatchJob = EncodedCall & Settlement
 
 /** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
 function isIdempotent (job: BatchJob): boolean {

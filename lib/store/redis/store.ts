@@ -94,14 +94,14 @@ export class RedisStore implements Store {
   /** Every block of one request, all-or-nothing, in this turn's batch. */
   decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ ...decideCall(request, mode), resolve: (values) => { resolve(toDecisions(values)) }, reject })
+      this.#dispatcher.enqueue(decideCall(request, mode, (values) => { resolve(toDecisions(values)) }, reject))
     })
   }
 
   /** Usage changed after the decision (refundOn, settle, adjust), in this turn's batch. */
   adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue({ ...adjustCall(entries), resolve: (values) => { resolve(toAdjusted(values)) }, reject })
+      this.#dispatcher.enqueue(adjustCall(entries, (values) => { resolve(toAdjusted(values)) }, reject))
     })
   }
 

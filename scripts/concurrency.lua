@@ -17,9 +17,10 @@
 -- (SLOT_RETRY_MS when refused: a slot may free at any moment), 0.
 local SLOT_RETRY_MS = 1000
 
--- The key lives as long as its longest lease.
+-- The key lives as long as its longest lease. Numbers go to Redis as integer
+-- text: a Lua number argument is formatted with %.14g, which costs more.
 local function keep (key, lease)
-  if call('PTTL', key) < lease then call('PEXPIRE', key, lease) end
+  if call('PTTL', key) < lease then call('PEXPIRE', key, format('%d', lease)) end
 end
 
 return function (key, limit, lease, _, member, now, mode)
@@ -31,17 +32,17 @@ return function (key, limit, lease, _, member, now, mode)
   end
   if mode == 3 then
     if held <= now then return 0 end
-    call('ZADD', key, now + lease, member)
+    call('ZADD', key, format('%d', now + lease), member)
     keep(key, lease)
     return 1
   end
   if mode == 0 then
-    call('ZREMRANGEBYSCORE', key, '-inf', now)
-    call('ZADD', key, now + lease, member)
+    call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now))
+    call('ZADD', key, format('%d', now + lease), member)
     keep(key, lease)
     return 1, 0, 0, 0, 0
   end
-  local live = call('ZCOUNT', key, '(' .. now, '+inf')
+  local live = call('ZCOUNT', key, format('(%d', now), '+inf')
   if held > now then return 1, limit - live, 0, 0, 0 end
   if live < limit then return 1, limit - live - 1, 0, 0, 0 end
   return 0, 0, 0, SLOT_RETRY_MS, 0

@@ -59,6 +59,6 @@ local function penaltyRefused (key, spec, w, now)
   end
   local ttl = w
   if untilMs - now + last > ttl then ttl = untilMs - now + last end
-  call('SET', key, format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', ttl)
+  call('SET', key, format('%d:%d:%d:%d', untilMs, offences, refusals, current), 'PX', format('%d', ttl))
   return started
 end

@@ -40,9 +40,13 @@ local function topSeq (key, nowStr)
   return top
 end
 
--- ms until the k-th oldest entry expires (k >= 1, count >= k)
+-- ms until the k-th oldest entry expires (k >= 1, count >= k). Ranks go as
+-- integer text: Redis formats a Lua number argument with %.14g (every number
+-- argument in this file, for the same reason).
 local function expiryOf (key, k, w, now)
-  local r = call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+  local rank = '0'
+  if k > 1 then rank = format('%d', k - 1) end
+  local r = call('ZRANGE', key, rank, rank, 'WITHSCORES')
   return tonumber(r[2]) + w - now
 end
 
@@ -53,7 +57,7 @@ end
 local function refusal (key, count, limit, w, cost, now, more)
   local k = count + cost - limit
   if count - more < 16 then
-    local r = call('ZRANGE', key, more - 1, -1, 'WITHSCORES')
+    local r = call('ZRANGE', key, format('%d', more - 1), '-1', 'WITHSCORES')
     local retry = w
     if cost <= limit then retry = tonumber(r[(k - more) * 2 + 2]) + w - now end
     return tonumber(r[#r]) + w - now, retry, tonumber(r[2]) + w - now
@@ -67,7 +71,7 @@ return function (key, limit, w, _, cost, now, mode)
   if mode >= 2 then return 0 end
   local nowStr = format('%d', now)
 
-  call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+  call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - w))
   local count = call('ZCARD', key)
 
   if cost <= limit and count + cost <= limit then
@@ -81,7 +85,7 @@ return function (key, limit, w, _, cost, now, mode)
       addUnits(key, nowStr, topSeq(key, nowStr), cost - added)
     end
     -- the newest entry is now: the whole set is irrelevant W ms from now
-    call('PEXPIRE', key, w)
+    call('PEXPIRE', key, format('%d', w))
     return 1, limit - count - cost, w, 0, nextMs
   end
 

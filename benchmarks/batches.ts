@@ -75,14 +75,14 @@ async function consumeMany (app: FastifyInstance, policy: string, from: number, 
 }
 
 /** Plugin options a harness may add (the instruction count's slow server needs a longer timeout). */
-export interface BatchOptions { meter: Meter, timeout?: number, only?: readonly AlgorithmName[] }
+export interface BatchOptions { meter: Meter, timeout?: number, only?: readonly AlgorithmName[], maxBatch?: number }
 
 export async function algorithmBatches (url: string, count: number, options: BatchOptions): Promise<AlgorithmBatch[]> {
   const client = new Redis(url)
   const app = Fastify({ logger: false })
   const policies = Object.fromEntries(ALGORITHMS.map((algorithm) => [algorithm, blockFor(algorithm, '10k')]))
   try {
-    await app.register(rateLimit, { redis: client, prefix: 'bb', maxBatch: FULL_BATCH, metrics: false, policies: policies as never, ...(options.timeout === undefined ? {} : { timeout: options.timeout }) })
+    await app.register(rateLimit, { redis: client, prefix: 'bb', maxBatch: options.maxBatch ?? FULL_BATCH, metrics: false, policies: policies as never, ...(options.timeout === undefined ? {} : { timeout: options.timeout }) })
     await app.ready()
     const out: AlgorithmBatch[] = []
     for (const algorithm of options.only ?? ALGORITHMS) {

@@ -33,12 +33,14 @@ import { ALGORITHMS, type AlgorithmName } from '../lib/index.js'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const DECISIONS = 10_240
+/** maxBatch 1 sends each decision as its own call: fewer suffice. */
+const SINGLE_DECISIONS = 2_048
 /** The script's entry in Redis 7 (EVAL and EVALSHA both go through it). */
 const SCRIPT_ENTRY = 'evalGenericCommand'
 
-interface Callgrind { url: string, pid: number, dir: string, stop: () => void }
+export interface Callgrind { url: string, pid: number, dir: string, stop: () => void }
 
-async function startCallgrind (): Promise<Callgrind> {
+export async function startCallgrind (): Promise<Callgrind> {
   if (spawnSync('valgrind', ['--version'], { stdio: 'ignore' }).status !== 0) throw new Error('valgrind is not installed (apt-get install valgrind)')
   const port = await freePort()
   const dir = tempDir('callgrind')
@@ -58,7 +60,7 @@ function newestDump (dir: string): string {
   return dumps.sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0] as string
 }
 
-interface Dump { total: number, inclusive: Map<string, number>, self: Array<[string, number]> }
+export interface Dump { total: number, inclusive: Map<string, number>, self: Array<[string, number]> }
 
 /** callgrind_annotate's per-function lines ("1,234 (5.6%)  file:function [object]") → name → instructions. */
 function annotate (file: string, inclusive: boolean): Array<[string, number]> {
@@ -82,7 +84,7 @@ function readDump (file: string): Dump {
 }
 
 /** A meter that adds callgrind's counts (zeroed before the work, dumped after) to the commandstats figures. */
-function instructionMeter (server: Callgrind, admin: Redis, dumps: Map<number, Dump>): Meter {
+export function instructionMeter (server: Callgrind, admin: Redis, dumps: Map<number, Dump>): Meter {
   const commands = commandMeter(admin)
   const control = (flag: string): void => { execFileSync('callgrind_control', [flag, String(server.pid)], { stdio: 'ignore' }) }
   return async (decisions, work) => {
@@ -135,6 +137,8 @@ async function main (): Promise<void> {
     // Under callgrind Redis runs about 50× slower: a timeout that lets every decision reach it.
     const algorithms = await algorithmBatches(server.url, DECISIONS, { meter, timeout: 30_000, only: args.only })
     const defaultDump = dumps.get(algorithms.findIndex((r) => r.algorithm === 'sliding-window'))
+    // One decision per call: what a call costs before its first decision (a batch shares it).
+    const single = args.only.includes('sliding-window') ? await algorithmBatches(server.url, SINGLE_DECISIONS, { meter, timeout: 30_000, only: ['sliding-window'], maxBatch: 1 }) : []
     const floorRows = args.floors ? await floors(server.url, DECISIONS, meter) : []
     const getSet = floorRows.find((r) => r.id === 'get-set-loop')
     const lines = [
@@ -147,6 +151,7 @@ async function main (): Promise<void> {
       '| case | decisions per call | in the script (evalGenericCommand) per decision | whole server per decision | redis.call per decision | script × GET+SET loop |',
       '| --- | ---: | ---: | ---: | ---: | ---: |',
       ...algorithms.map((r) => row(r.algorithm + (r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''), r, getSet)),
+      ...single.map((r) => row(`${r.algorithm}, one decision per call (maxBatch 1)${r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''}`, r, getSet)),
       ...floorRows.map((r) => row(`floor: ${r.label}`, r, getSet)),
       '',
       '## Where sliding-window\'s instructions go (self cost, whole server)',
@@ -166,7 +171,7 @@ async function main (): Promise<void> {
   }
 }
 
-main().catch((error: unknown) => {
+if (process.argv[1] === fileURLToPath(import.meta.url)) main().catch((error: unknown) => {
   process.stderr.write(`${error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
   process.exit(1)
 })

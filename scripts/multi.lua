@@ -61,7 +61,7 @@ local function multi (KEYS, ARGV)
   local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
   for i = 1, n do
     local b = 2 + (i - 1) * MULTI_STRIDE
-    fns[i] = algorithms[tonumber(ARGV[b + 1])]
+    fns[i] = algorithm(tonumber(ARGV[b + 1]))
     -- a concurrency block's cost is the request's slot id (never a number)
     limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
     shadows[i] = ARGV[b + 6] == '1'

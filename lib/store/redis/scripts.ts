@@ -52,27 +52,31 @@ function algorithmLocal (local: string, name: AlgorithmName, chunk: string): str
 }
 
 /**
- * Every algorithm, numbered in ALGORITHMS order (the scripts' algorithm
- * numbers), then slots (CONCURRENCY_NUMBER), each built on its first use in a
- * call: a script's top level runs on every call, and building all five
- * algorithms' closures cost about as much as the rest of a small batch
- * (measured with INFO commandstats).
+ * `algorithm(n)`: every algorithm, numbered in ALGORITHMS order (the scripts'
+ * algorithm numbers), then slots (CONCURRENCY_NUMBER), each built on its first
+ * use in a call. A script's top level runs on every call and each closure it
+ * creates costs (benchmarks/instructions.ts): one function and one table here,
+ * where a maker per algorithm cost six closures more.
  */
-function algorithmFunctions (sources: ScriptSources): string {
-  const makers = [
-    ...ALGORITHMS.map((name) => `-- ${name}\nfunction ()\n${sources.algorithms[name]}end`),
-    `-- concurrency\nfunction ()\n${sources.concurrency}end`
-  ]
-  return `local makers = {
-${makers.join(',\n')}
-}
-local algorithms = setmetatable({}, { __index = function (built, n)
-  local make = makers[n]
-  if make == nil then return nil end
-  local fn = make()
+function algorithmBuilder (sources: ScriptSources): string {
+  const chunks: Array<[string, string]> = [...ALGORITHMS.map((name): [string, string] => [name, sources.algorithms[name]]), ['concurrency', sources.concurrency]]
+  const branches = chunks.map(([name, chunk], i) => `  ${i === 0 ? 'if' : 'elseif'} n == ${i + 1} then\n    -- ${name}\n    fn = (function ()\n${chunk}end)()`)
+  return `local built = {}
+local function algorithm (n)
+  local fn = built[n]
+  if fn ~= nil then return fn end
+${branches.join('\n')}
+  end
   built[n] = fn
   return fn
-end })`
+end`
+}
+
+/** batch.lua with multi.lua and penalty.lua spliced into its lazily built paths (at its --@splice line). */
+function batchDriver (sources: ScriptSources): string {
+  const marker = /^ *--@splice .*$/m
+  if (!marker.test(sources.batch)) throw new Error('scripts/batch.lua has lost its --@splice line')
+  return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}`)
 }
 
 function header (what: string, sources: ScriptSources): string {
@@ -110,7 +114,7 @@ ${STANDALONE_CALL}`)
  */
 export function buildMultiScript (sources: ScriptSources = readSources()): LoadedScript {
   return loaded(`${header('multi-limit driver', sources)}
-${algorithmFunctions(sources)}
+${algorithmBuilder(sources)}
 ${sources.multi}
 return multi(KEYS, ARGV)
 `)
@@ -119,8 +123,6 @@ return multi(KEYS, ARGV)
 /** The batch script (scripts/batch.lua; wire format in protocol.ts): what the store sends. */
 export function buildBatchScript (sources: ScriptSources = readSources()): LoadedScript {
   return loaded(`${header('batch driver', sources)}
-${algorithmFunctions(sources)}
-${sources.multi}
-${sources.penalty}
-${sources.batch}`)
+${algorithmBuilder(sources)}
+${batchDriver(sources)}`)
 }

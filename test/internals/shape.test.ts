@@ -46,6 +46,11 @@ function luaFunctions (path: string): Array<{ name: string, lines: number }> {
     const opened = /^(\s*)(?:local\s+)?(?:return\s+)?(?:local\s+\w+\s*=\s*)?function\b/.exec(line)
     if (opened === null) return
     const indent = opened[1] as string
+    // a one-line function (`return function () error('…') end, 1`) ends where it opens
+    if (/\bend\b/.test(line.slice(opened[0].length))) {
+      out.push({ name: `${line.trim().slice(0, 40)}:${at + 1}`, lines: 1 })
+      return
+    }
     const close = lines.findIndex((next, i) => i > at && next === `${indent}end`)
     if (close !== -1) out.push({ name: `${line.trim().slice(0, 40)}:${at + 1}`, lines: close - at + 1 })
   })

@@ -29,6 +29,8 @@ export interface ScriptSources {
   concurrency: string
   multi: string
   penalty: string
+  /** The batch driver's paths beyond its common case (spliced into batch.lua). */
+  paths: string
   batch: string
 }
 
@@ -43,7 +45,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -72,11 +74,11 @@ ${branches.join('\n')}
 end`
 }
 
-/** batch.lua with multi.lua and penalty.lua spliced into its lazily built paths (at its --@splice line). */
+/** batch.lua with multi.lua, penalty.lua and paths.lua spliced into its lazily built paths() (at its --@splice line). */
 function batchDriver (sources: ScriptSources): string {
   const marker = /^ *--@splice .*$/m
   if (!marker.test(sources.batch)) throw new Error('scripts/batch.lua has lost its --@splice line')
-  return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}`)
+  return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}\n${sources.paths}`)
 }
 
 function header (what: string, sources: ScriptSources): string {

@@ -356,6 +356,20 @@ test('algorithms on lua and memory', async (t) => {
     const snapshot = async (a: AlgorithmName, key: string): Promise<unknown> =>
       a === 'sliding-log' ? await zentries(key) : await client.get(key)
 
+    await t.test('a stored value of another format (decimal text, foreign bytes) reads as absent and is replaced, never an error', async (t) => {
+      for (const a of ALGORITHMS.filter((name) => name !== 'sliding-log')) {
+        for (const foreign of ['29487611:1:0', '1700000000000:5', 'x', 'abcdefghabcdefghabcdefghabcdefgh']) {
+          const key = newKey(a)
+          await client.set(key, foreign, 'PX', 60_000)
+          const fresh = await call(a, newKey(a), params(3, W, 3), 1, B + 10)
+          const over = await call(a, key, params(3, W, 3), 1, B + 10)
+          t.same(over, fresh, `${a}: ${JSON.stringify(foreign)} decides like no state`)
+          const state = await readState(client, key)
+          t.equal(state?.length, a === 'sliding-window' ? 3 : 2, `${a}: replaced by this format's state`)
+        }
+      }
+    })
+
     await t.test('every write sets a TTL no longer than needed; rejected requests change nothing', async (t) => {
       for (const a of ALGORITHMS) {
         const key = newKey(a)

@@ -37,6 +37,8 @@
 -- for a decision or a peek: allowed (0, 1, or 2 for a penalty), remaining,
 -- resetMs, retryAfterMs, nextMs; one per entry for adjustments: 1 when it
 -- changed something, else 0), or 0 followed by the error text (the one string).
+-- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
+local KEYS, ARGV = KEYS, ARGV
 local now = nowMs(ARGV[1])
 
 -- A calendar period's block: fixed-window over the period holding now (its start

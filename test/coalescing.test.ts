@@ -2,7 +2,8 @@ import { test, type Test } from 'tap'
 import diagnostics from 'node:diagnostics_channel'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
+import { ALGORITHMS, CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
+import { buildBatchScript, loadLoneScripts, type LoadedScript } from '../lib/store/redis/scripts.js'
 import { buildApp } from './helpers/app.js'
 import { createClient, readState, scriptCalls } from './helpers/redis.js'
 import { adminClient, pluginClient, startProxy, startServer, type ManagedServer } from './helpers/topologies.js'
@@ -87,6 +88,36 @@ test('a WRONGTYPE key fails only its own decision in a batch', async (t) => {
   t.match((errors[0]?.error as Error).message, /WRONGTYPE/)
   t.equal(await admin.type(key as string), 'hash', 'the bad key was left alone')
   t.equal(app.rateLimit.stats().degraded, 1)
+})
+
+test('a decision alone (its algorithm\'s lone script) fails on a WRONGTYPE key as it would in a batch', async (t) => {
+  const { app, admin } = await setup(t)
+  await burst(app, 1, '/closed', () => 'victim')
+  const [key] = await admin.keys('co:{GET:/closed|*')
+  await admin.del(key as string)
+  await admin.hset(key as string, 'not', 'a counter')
+  const errors: StoreErrorMessage[] = []
+  const onError = (message: unknown): void => { errors.push(message as StoreErrorMessage) }
+  diagnostics.subscribe(CHANNELS.storeError, onError)
+  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
+  const res = await app.inject({ url: '/closed', headers: { 'x-user': 'victim' } })
+  t.equal(res.statusCode, 503, 'fail-closed: 503')
+  t.same(errors.map((e) => e.cause), ['script-error'], 'a script error of that decision, not an unavailable Redis')
+  t.match((errors[0]?.error as Error).message, /WRONGTYPE/)
+  t.equal((await app.inject({ url: '/closed', headers: { 'x-user': 'someone-else' } })).statusCode, 200, 'the next decision alone is taken')
+})
+
+test('NOSCRIPT after SCRIPT FLUSH: a decision alone is sent again as EVAL of its lone script, decided once', async (t) => {
+  const { app, admin } = await setup(t)
+  await burst(app, 1, '/count', () => 'c')
+  await admin.script('FLUSH')
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const lone = loadLoneScripts()[ALGORITHMS.indexOf('fixed-window')] as LoadedScript
+  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL loaded the lone script; the batch script was never needed')
+  const [key] = await admin.keys('co:{GET:/count|*')
+  t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
 })
 
 test('NOSCRIPT after SCRIPT FLUSH: the batch is sent again as EVAL, decided once, nothing degraded', async (t) => {

@@ -10,7 +10,7 @@ import { test } from 'tap'
 import { readdirSync } from 'node:fs'
 import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
-import { buildBatchScript, buildMultiScript, loadScripts, readSources } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript, buildMultiScript, loadLoneScripts, loadScripts, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
 const files = readSources()
@@ -268,6 +268,22 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(reply.length, 5, `${name}: five numbers`)
     t.ok(reply.every((v) => typeof v === 'number' && Number.isInteger(v)), `${name}: integers ${JSON.stringify(reply)}`)
     t.equal(reply[0], 1, `${name}: admitted`)
+    await client.del(key)
+  }
+  // A lone decision's script: the batch script's straight reply (five integers, or 0 and the error text).
+  const lone = loadLoneScripts()
+  for (const [i, name] of ALGORITHMS.entries()) {
+    const script = lone[i] as LoadedScript
+    t.equal(await client.script('LOAD', script.source), script.sha, `${name} (lone): SCRIPT LOAD`)
+    const key = `${prefix}:{lone-${name}}`
+    const reply = await client.evalsha(script.sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
+    t.equal(reply.length, 5, `${name} (lone): five numbers`)
+    t.equal(reply[0], 1, `${name} (lone): admitted`)
+    await client.del(key)
+    await client.hset(key, 'not', 'a state')
+    const failed = await client.evalsha(script.sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
+    t.equal(failed[0], 0, `${name} (lone): a failing decision answers 0 …`)
+    t.match(String(failed[1]), /WRONGTYPE/, `${name} (lone): … and the error text`)
     await client.del(key)
   }
   for (const [what, script] of [['batch', buildBatchScript()], ['multi', buildMultiScript()]] as const) {

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
-import { frameBatch, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
+import { frameBatch, frameLone, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
 import type { LoadedScript } from './scripts.js'
 import { isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
@@ -11,6 +11,8 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * in one call of the batch script (scripts/batch.lua; its wire format is
  * protocol.ts's, of which this module knows nothing more): one
  * EVALSHA, one Redis TIME, one reply to parse, instead of one command each.
+ * A turn with one straight decision (most turns under light load) calls its
+ * algorithm's lone script instead, which costs Redis a third less for it.
  * The queue is flushed in setImmediate, after the poll phase that read the
  * requests, so a turn that parsed 500 requests sends one call (or a few, at
  * most `maxBatch` decisions each). On a Cluster the decisions are grouped by
@@ -54,6 +56,12 @@ function isIdempotent (job: BatchJob): boolean {
   return job.kind === 'adjust' && job.idempotent
 }
 
+/** The scripts a call may go to: the batch script, and per algorithm (ALGORITHMS order) a lone decision's. */
+export interface DispatchScripts {
+  batch: LoadedScript
+  lone: readonly LoadedScript[]
+}
+
 export interface DispatchOptions {
   timeout: number
   /** Decisions per script call, at most. */
@@ -70,7 +78,7 @@ export interface DispatchOptions {
 
 export class Dispatcher {
   readonly #client: ClientPort
-  readonly #script: LoadedScript
+  readonly #scripts: DispatchScripts
   readonly #options: DispatchOptions
   #queue: BatchJob[] = []
   #scheduled = false
@@ -85,9 +93,9 @@ export class Dispatcher {
     for (const call of calls) this.#verdict(call)
   }
 
-  constructor (client: ClientPort, script: LoadedScript, options: DispatchOptions) {
+  constructor (client: ClientPort, scripts: DispatchScripts, options: DispatchOptions) {
     this.#client = client
-    this.#script = script
+    this.#scripts = scripts
     this.#options = options
   }
 
@@ -178,10 +186,15 @@ export class Dispatcher {
 
   /** One script call for these jobs, bounded as the module comment says. */
   #send (jobs: readonly BatchJob[]): void {
-    const args = frameBatch(jobs, this.#options.clock?.())
-    const first = this.#client.script('evalsha', this.#script.sha, args)
+    const now = this.#options.clock?.()
+    // One straight decision alone (most calls under light load) goes to its algorithm's own script.
+    const lone = frameLone(jobs, now)
+    const script = lone === undefined ? this.#scripts.batch : this.#scripts.lone[lone.algorithmNumber - 1] as LoadedScript
+    const args = lone?.args ?? frameBatch(jobs, now)
+    const first = this.#client.script('evalsha', script.sha, args)
     const call: InFlight = {
       jobs,
+      script,
       args,
       first,
       current: first,
@@ -260,7 +273,7 @@ export class Dispatcher {
     if (call.settled) return
     // An abandoned call is never retried: its decisions were already answered.
     if (isNoScript(error) && !call.timedOut && call.op === 'evalsha') {
-      call.current = this.#client.script('eval', this.#script.source, call.args)
+      call.current = this.#client.script('eval', call.script.source, call.args)
       call.op = 'eval'
       this.#listen(call)
       return

@@ -1,5 +1,6 @@
 import type { ScriptCall, ScriptOp } from './client/port.js'
 import type { BatchJob } from './dispatcher.js'
+import type { LoadedScript } from './scripts.js'
 
 /*
  * What the dispatcher's timeout rule judges (dispatcher.ts): a script call in
@@ -33,7 +34,8 @@ export function owedFor (call: InFlight, timeout: number, at: number): boolean {
 /** One script call in flight: its jobs and what the timeout rule judges it by. */
 export interface InFlight {
   jobs: readonly BatchJob[]
-  /** The framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
+  /** The script called (the batch script, or a lone decision's), and its framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
+  script: LoadedScript
   args: ReadonlyArray<string | number>
   /** The EVALSHA first written: the timeout rule measures from its write. */
   first: ScriptCall

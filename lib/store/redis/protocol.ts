@@ -167,6 +167,23 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
 }
 
 /**
+ * A batch of one straight decision (one block, charged, no penalty, period or
+ * slot) as its algorithm's lone script takes it (scripts.ts loadLoneScripts):
+ * the algorithm number and the arguments after the SHA (key count, key, limit,
+ * windowMs, burst, cost, now). Its reply is laid out as the batch script's
+ * (splitBatchReply reads both). Undefined for any other batch.
+ */
+export function frameLone (calls: readonly EncodedCall[], now: number | undefined): { algorithmNumber: number, args: Array<string | number> } | undefined {
+  if (calls.length !== 1) return undefined
+  const call = calls[0] as EncodedCall
+  if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
+  const run = call.runs[0] as BlockRun
+  if (run.penalty !== undefined || run.period !== undefined || isSlotRun(run)) return undefined
+  const [limit, windowMs, burst] = run.scriptArgs
+  return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, limit, windowMs, burst, call.costs[0] as number, now === undefined ? '' : String(now)] }
+}
+
+/**
  * Splits a batch reply among its calls, its values (numbers) or `0, error
  * text` each: per call its values, or the error it failed with.
  */

@@ -4,7 +4,7 @@ import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
-import { buildBatchScript, type LoadedScript } from './scripts.js'
+import { buildBatchScript, loadLoneScripts, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
 import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
@@ -12,7 +12,7 @@ import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotA
 /*
  * The Redis store: every decision, peek and adjustment goes through the
  * dispatcher (dispatcher.ts), which sends the decisions of one
- * event-loop turn as one call of the batch script, bounded by `timeout`
+ * event-loop turn as one call of the batch script (or a lone decision's script), bounded by `timeout`
  * (measured on Redis, not on Node's own lag). A client that is not ready is
  * not asked (its offline queue would hold the request for seconds).
  */
@@ -54,16 +54,16 @@ async function checkEviction (masters: readonly MasterPort[], log: DebugLog | un
   if (risky.length > 0) FST_RRL_EVICTION_POLICY(risky.sort().join('; '))
 }
 
-/** Loads the script on every master (a failed load is answered later by NOSCRIPT's EVAL) and checks eviction. */
-async function warmMasters (client: ClientPort, source: string, log: DebugLog | undefined): Promise<void> {
+/** Loads the scripts on every master (a failed load is answered later by NOSCRIPT's EVAL) and checks eviction. */
+async function warmMasters (client: ClientPort, scripts: readonly LoadedScript[], log: DebugLog | undefined): Promise<void> {
   const masters = await client.masters()
-  const loaded = Promise.all(masters.map(async (node) => { await node.scriptLoad(source) })).catch(() => {})
+  const loaded = Promise.all(masters.flatMap((node) => scripts.map(async ({ source }) => { await node.scriptLoad(source) }))).catch(() => {})
   await Promise.all([loaded, checkEviction(masters, log)])
 }
 
 export class RedisStore implements Store {
   readonly #client: ClientPort
-  readonly #script: LoadedScript
+  readonly #scripts: readonly LoadedScript[]
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
@@ -72,8 +72,9 @@ export class RedisStore implements Store {
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
     this.#retryMs = Math.max(50, options.timeout)
-    this.#script = buildBatchScript()
-    this.#dispatcher = new Dispatcher(client, this.#script, { ...options, clock })
+    const scripts = { batch: buildBatchScript(), lone: loadLoneScripts() }
+    this.#scripts = [scripts.batch, ...scripts.lone]
+    this.#dispatcher = new Dispatcher(client, scripts, { ...options, clock })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
@@ -131,7 +132,7 @@ export class RedisStore implements Store {
 
   /**
    * Before ready() resolves, for at most `maxWaitMs` in all: lets a client
-   * that is still connecting finish, then loads the batch script on every
+   * that is still connecting finish, then loads the scripts on every
    * master (each Cluster master's connection is opened by that load), so the
    * first decision after ready() costs what the thousandth does. A
    * lazyConnect client is asked to connect: the store never sends to a client
@@ -147,7 +148,7 @@ export class RedisStore implements Store {
     const deadline = performance.now() + maxWaitMs
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
-    await awaitWithin(warmMasters(client, this.#script.source, log), Math.max(0, deadline - performance.now()), 'script load')
+    await awaitWithin(warmMasters(client, this.#scripts, log), Math.max(0, deadline - performance.now()), 'script load')
   }
 
   close (): void {}

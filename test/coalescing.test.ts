@@ -62,18 +62,23 @@ test('maxBatch caps the decisions of one script call', async (t) => {
   t.equal(statuses.filter((code) => code === 200).length, 300, 'each caller its own bucket: all admitted')
 })
 
-test('a WRONGTYPE key fails only its own decision in a batch', async (t) => {
-  const { app, admin } = await setup(t)
+/** The victim's /closed key turned into a hash (WRONGTYPE for every script), and the store errors published from then on. */
+async function breakVictimKey (t: Test, app: FastifyInstance, admin: Redis): Promise<{ key: string, errors: StoreErrorMessage[] }> {
   await burst(app, 1, '/closed', () => 'victim')
   const [key] = await admin.keys('co:{GET:/closed|*')
   t.ok(key, 'the victim key exists')
   await admin.del(key as string)
   await admin.hset(key as string, 'not', 'a counter')
-
   const errors: StoreErrorMessage[] = []
   const onError = (message: unknown): void => { errors.push(message as StoreErrorMessage) }
   diagnostics.subscribe(CHANNELS.storeError, onError)
   t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
+  return { key: key as string, errors }
+}
+
+test('a WRONGTYPE key fails only its own decision in a batch', async (t) => {
+  const { app, admin } = await setup(t)
+  const { key, errors } = await breakVictimKey(t, app, admin)
   const before = await scriptCalls(admin)
   const users = (i: number): string => i === 7 ? 'victim' : `good-${i % 3}`
   const results = await Promise.all(Array.from({ length: 30 }, async (_, i) => {
@@ -86,20 +91,13 @@ test('a WRONGTYPE key fails only its own decision in a batch', async (t) => {
   t.equal(errors.length, 1)
   t.equal(errors[0]?.cause, 'script-error')
   t.match((errors[0]?.error as Error).message, /WRONGTYPE/)
-  t.equal(await admin.type(key as string), 'hash', 'the bad key was left alone')
+  t.equal(await admin.type(key), 'hash', 'the bad key was left alone')
   t.equal(app.rateLimit.stats().degraded, 1)
 })
 
 test('a decision alone (its algorithm\'s lone script) fails on a WRONGTYPE key as it would in a batch', async (t) => {
   const { app, admin } = await setup(t)
-  await burst(app, 1, '/closed', () => 'victim')
-  const [key] = await admin.keys('co:{GET:/closed|*')
-  await admin.del(key as string)
-  await admin.hset(key as string, 'not', 'a counter')
-  const errors: StoreErrorMessage[] = []
-  const onError = (message: unknown): void => { errors.push(message as StoreErrorMessage) }
-  diagnostics.subscribe(CHANNELS.storeError, onError)
-  t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
+  const { errors } = await breakVictimKey(t, app, admin)
   const res = await app.inject({ url: '/closed', headers: { 'x-user': 'victim' } })
   t.equal(res.statusCode, 503, 'fail-closed: 503')
   t.same(errors.map((e) => e.cause), ['script-error'], 'a script error of that decision, not an unavailable Redis')

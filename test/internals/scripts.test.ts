@@ -290,12 +290,13 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.match(script.source, /^#!lua\n/, `${what}: the Redis 7 shebang`)
     t.equal(await client.script('LOAD', script.source), script.sha, `${what}: SCRIPT LOAD`)
   }
-  // One fixed-window block by the batch script's wire format: now '', one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty, no period), then spec 1 (cost 1).
+  // One fixed-window block by the batch script's wire format: now 1500 (injected, so both calls share one window),
+  // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty, no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
-  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', '', 1) as unknown[]
+  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, 1, 5, 1000, 5, '', '', '', 1) as unknown[]
   t.same(batch.slice(0, 2), [1, 4], 'batch: decision 1 ran and admitted, 4 left')
   t.equal(batch.length, 5, 'batch: five numbers')
-  const costly = await client.evalsha(buildBatchScript().sha, 1, key, '', 1, 1, 5, 1000, 5, '', '', '', -2, 1, 3) as unknown[]
+  const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, 1, 5, 1000, 5, '', '', '', -2, 1, 3) as unknown[]
   t.same(costly.slice(0, 2), [1, 1], 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.

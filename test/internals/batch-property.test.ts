@@ -142,7 +142,9 @@ test('property: the batch script decides like the memory store, penalties includ
       model.close()
     }
   }), { numRuns: NUM_RUNS })
-  t.ok(penalized > 50, `${penalized} penalized decisions agreed`)
+  // A health check of the generator, not a tally to hit: over 100 runs penalties trigger 47–124 times (19 runs
+  // counted), so at > 50 one CI run in ten failed by chance; fewer than 25 means the scenarios stopped reaching them.
+  t.ok(penalized > 25, `${penalized} penalized decisions agreed`)
   t.ok(forced > 100, `${forced} charges without a decision (overdrafts included) agreed`)
   t.ok(batched > 100, `${batched} steps sent several decisions in one script call`)
   t.ok(periods > 50, `${periods} blocks counted over skewed calendar-like periods`)

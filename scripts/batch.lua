@@ -84,12 +84,6 @@ local function paths ()
   return slowPaths
 end
 
--- An error reply's text, whatever redis.call raised.
-local function errorText (e)
-  if type(e) == 'table' and e.err ~= nil then return e.err end
-  return tostring(e)
-end
-
 local out = {}
 local o = 0
 local at = 3 + specs * SPEC_STRIDE

@@ -31,6 +31,8 @@ export interface ScriptSources {
   penalty: string
   /** The batch driver's paths beyond its common case (spliced into batch.lua). */
   paths: string
+  /** A failed decision's reply text, for the batch and lone scripts. */
+  errorText: string
   batch: string
 }
 
@@ -45,7 +47,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), errorText: readLua('error-text'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -100,8 +102,7 @@ return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
  */
 const LONE_CALL = `local ok, a, r, reset, retry, nextMs = pcall(algorithm, KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), 0)
 if ok then return { a, r, reset, retry, nextMs } end
-if type(a) == 'table' and a.err ~= nil then return { 0, a.err } end
-return { 0, tostring(a) }
+return { 0, errorText(a) }
 `
 
 /**
@@ -115,6 +116,7 @@ return { 0, tostring(a) }
 export function loadLoneScripts (sources: ScriptSources = readSources()): LoadedScript[] {
   return ALGORITHMS.map((name) => loaded(`${header(`${name}, one decision`, sources)}
 ${algorithmLocal('algorithm', name, sources.algorithms[name])}
+${sources.errorText}
 ${LONE_CALL}`))
 }
 
@@ -150,5 +152,6 @@ return multi(KEYS, ARGV)
 export function buildBatchScript (sources: ScriptSources = readSources()): LoadedScript {
   return loaded(`${header('batch driver', sources)}
 ${algorithmBuilder(sources)}
+${sources.errorText}
 ${batchDriver(sources)}`)
 }

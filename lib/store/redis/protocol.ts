@@ -119,6 +119,17 @@ class SpecTable {
   }
 }
 
+/**
+ * The one block of a straight decision (one block, charged, no penalty, not a
+ * slot: a slot is taken only after a dry pass admits), which both scripts run
+ * without the general path; undefined for any other call.
+ */
+function straightRun (call: EncodedCall): BlockRun | undefined {
+  if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
+  const run = call.runs[0] as BlockRun
+  return run.penalty === undefined && !isSlotRun(run) ? run : undefined
+}
+
 /** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, elapsed ms). */
 function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | number>): void {
   out.push(-1, call.entries.length)
@@ -148,12 +159,11 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
       continue
     }
     const { runs, costs } = call
-    const first = runs[0] as BlockRun
-    // A slot is taken only after a dry pass admits: never the straight common case.
-    if (runs.length === 1 && call.mode === '' && first.penalty === undefined && !isSlotRun(first)) {
+    const straight = straightRun(call)
+    if (straight !== undefined) {
       const cost = costs[0] as number
-      if (cost === 1) decisions.push(specs.of(first))
-      else decisions.push(-2, specs.of(first), cost)
+      if (cost === 1) decisions.push(specs.of(straight))
+      else decisions.push(-2, specs.of(straight), cost)
       continue
     }
     decisions.push(0, runs.length, call.mode)
@@ -176,9 +186,9 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
 export function frameLone (calls: readonly EncodedCall[], now: number | undefined): { algorithmNumber: number, args: Array<string | number> } | undefined {
   if (calls.length !== 1) return undefined
   const call = calls[0] as EncodedCall
-  if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
-  const run = call.runs[0] as BlockRun
-  if (run.penalty !== undefined || run.period !== undefined || isSlotRun(run)) return undefined
+  const run = straightRun(call)
+  // The lone scripts take no calendar period (batch.lua's periodFn). A straight run is a decision's.
+  if (run === undefined || run.period !== undefined || call.kind !== 'decide') return undefined
   const [limit, windowMs, burst] = run.scriptArgs
   return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, limit, windowMs, burst, call.costs[0] as number, now === undefined ? '' : String(now)] }
 }

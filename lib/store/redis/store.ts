@@ -2,9 +2,9 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as delay } from 'node:timers/promises'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
-import { Dispatcher, type DispatchOptions } from './dispatcher.js'
+import { Dispatcher, type DispatchOptions, type DispatchScripts } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
-import { buildBatchScript, loadLoneScripts, type LoadedScript } from './scripts.js'
+import { buildBatchScript, loadLoneScripts, readSources, type LoadedScript } from './scripts.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
 import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
@@ -63,7 +63,7 @@ async function warmMasters (client: ClientPort, scripts: readonly LoadedScript[]
 
 export class RedisStore implements Store {
   readonly #client: ClientPort
-  readonly #scripts: readonly LoadedScript[]
+  readonly #scripts: DispatchScripts
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
@@ -72,9 +72,9 @@ export class RedisStore implements Store {
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
     this.#retryMs = Math.max(50, options.timeout)
-    const scripts = { batch: buildBatchScript(), lone: loadLoneScripts() }
-    this.#scripts = [scripts.batch, ...scripts.lone]
-    this.#dispatcher = new Dispatcher(client, scripts, { ...options, clock })
+    const sources = readSources()
+    this.#scripts = { batch: buildBatchScript(sources), lone: loadLoneScripts(sources) }
+    this.#dispatcher = new Dispatcher(client, this.#scripts, { ...options, clock })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
@@ -148,7 +148,7 @@ export class RedisStore implements Store {
     const deadline = performance.now() + maxWaitMs
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
-    await awaitWithin(warmMasters(client, this.#scripts, log), Math.max(0, deadline - performance.now()), 'script load')
+    await awaitWithin(warmMasters(client, [this.#scripts.batch, ...this.#scripts.lone], log), Math.max(0, deadline - performance.now()), 'script load')
   }
 
   close (): void {}

@@ -62,25 +62,26 @@ function newestDump (dir: string): string {
 
 export interface Dump { total: number, inclusive: Map<string, number>, self: Array<[string, number]> }
 
-/** callgrind_annotate's per-function lines ("1,234 (5.6%)  file:function [object]") → name → instructions. */
-function annotate (file: string, inclusive: boolean): Array<[string, number]> {
+/** One callgrind_annotate listing: the program total, and per function ("fn (object)") its instructions. */
+function annotate (file: string, inclusive: boolean): { total: number, rows: Array<[string, string, number]> } {
   const text = execFileSync('callgrind_annotate', [`--inclusive=${inclusive ? 'yes' : 'no'}`, '--threshold=100', file], { encoding: 'utf8', maxBuffer: 64 << 20 })
-  const rows: Array<[string, number]> = []
+  const total = Number(/([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS/.exec(text)?.[1]?.replaceAll(',', '') ?? Number.NaN)
+  const rows: Array<[string, string, number]> = []
   for (const line of text.split('\n')) {
+    // "1,234 (5.6%)  file:function [object]"
     const match = /^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.+?)\s+\[(.+)\]\s*$/.exec(line)
     if (match === null) continue
-    const fn = (match[2] as string).replace(/^.*:/, '')
-    rows.push([`${fn} (${(match[3] as string).replace(/^.*\//, '')})`, Number((match[1] as string).replaceAll(',', ''))])
+    rows.push([(match[2] as string).replace(/^.*:/, ''), (match[3] as string).replace(/^.*\//, ''), Number((match[1] as string).replaceAll(',', ''))])
   }
-  return rows
+  return { total, rows }
 }
 
 function readDump (file: string): Dump {
-  const text = execFileSync('callgrind_annotate', ['--threshold=100', file], { encoding: 'utf8', maxBuffer: 64 << 20 })
-  const total = Number(/([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS/.exec(text)?.[1]?.replaceAll(',', '') ?? Number.NaN)
+  const self = annotate(file, false)
+  // A function listed under several objects or call contexts: its largest inclusive count.
   const inclusive = new Map<string, number>()
-  for (const [name, ir] of annotate(file, true)) inclusive.set(name.replace(/ \(.*\)$/, ''), Math.max(ir, inclusive.get(name.replace(/ \(.*\)$/, '')) ?? 0))
-  return { total, inclusive, self: annotate(file, false) }
+  for (const [fn, , ir] of annotate(file, true).rows) inclusive.set(fn, Math.max(ir, inclusive.get(fn) ?? 0))
+  return { total: self.total, inclusive, self: self.rows.map(([fn, object, ir]) => [`${fn} (${object})`, ir]) }
 }
 
 /** A meter that adds callgrind's counts (zeroed before the work, dumped after) to the commandstats figures. */

@@ -83,7 +83,7 @@ export async function commandStats (client: Redis): Promise<Map<string, CommandS
 }
 
 /** Commands the harness itself sends; everything else came from the server under test. */
-const HARNESS_COMMANDS = new Set(['info', 'config|resetstat', 'config', 'flushall', 'ping', 'hello', 'client|setinfo', 'client', 'select', 'memory|usage', 'dbsize', 'script|load', 'script|flush', 'script'])
+const HARNESS_COMMANDS = new Set(['info', 'config|resetstat', 'config', 'flushall', 'ping', 'hello', 'client|setinfo', 'client', 'select', 'memory|usage', 'dbsize', 'script|load', 'script|flush', 'script', 'function|load', 'function'])
 
 export function commandDelta (before: Map<string, CommandStat>, after: Map<string, CommandStat>): { total: number, byName: Map<string, number>, evalUsec: number, evalCalls: number } {
   const byName = new Map<string, number>()
@@ -95,7 +95,7 @@ export function commandDelta (before: Map<string, CommandStat>, after: Map<strin
     if (calls <= 0 || HARNESS_COMMANDS.has(name)) continue
     byName.set(name, calls)
     total += calls
-    if (name === 'evalsha' || name === 'eval') {
+    if (name === 'fcall' || name === 'evalsha' || name === 'eval') {
       evalCalls += calls
       evalUsec += stat.usec - (before.get(name)?.usec ?? 0)
     }

@@ -35,8 +35,8 @@ const HERE = dirname(fileURLToPath(import.meta.url))
 const DECISIONS = 10_240
 /** maxBatch 1 sends each decision as its own call: fewer suffice. */
 const SINGLE_DECISIONS = 2_048
-/** The script's entry in Redis 7 (EVAL and EVALSHA both go through it). */
-const SCRIPT_ENTRY = 'evalGenericCommand'
+/** The script's entries in Redis 7: EVAL and EVALSHA go through the first, FCALL through the second. */
+const SCRIPT_ENTRIES = ['evalGenericCommand', 'fcallCommand']
 
 export interface Callgrind { url: string, pid: number, dir: string, stop: () => void }
 
@@ -84,6 +84,12 @@ function readDump (file: string): Dump {
   return { total: self.total, inclusive, self: self.rows.map(([fn, object, ir]) => [`${fn} (${object})`, ir]) }
 }
 
+/** Instructions inside the script entries (NaN when the dump has none). */
+function scriptInstructions (dump: Dump): number {
+  const counts = SCRIPT_ENTRIES.map((name) => dump.inclusive.get(name)).filter((ir) => ir !== undefined)
+  return counts.length === 0 ? Number.NaN : counts.reduce((sum, ir) => sum + ir, 0)
+}
+
 /** A meter that adds callgrind's counts (zeroed before the work, dumped after) to the commandstats figures. */
 export function instructionMeter (server: Callgrind, admin: Redis, dumps: Map<number, Dump>): Meter {
   const commands = commandMeter(admin)
@@ -94,7 +100,7 @@ export function instructionMeter (server: Callgrind, admin: Redis, dumps: Map<nu
     control('--dump')
     const dump = readDump(newestDump(server.dir))
     dumps.set(dumps.size, dump)
-    return { ...figures, instructions: { total: dump.total / decisions, script: (dump.inclusive.get(SCRIPT_ENTRY) ?? Number.NaN) / decisions } }
+    return { ...figures, instructions: { total: dump.total / decisions, script: scriptInstructions(dump) / decisions } }
   }
 }
 

@@ -37,10 +37,6 @@
 -- for a decision or a peek: allowed (0, 1, or 2 for a penalty), remaining,
 -- resetMs, retryAfterMs, nextMs; one per entry for adjustments: 1 when it
 -- changed something, else 0), or 0 followed by the error text (the one string).
--- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
-local KEYS, ARGV = KEYS, ARGV
-local now = nowMs(ARGV[1])
-
 -- A calendar period's block: fixed-window over the period holding now (its start
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
@@ -55,6 +51,12 @@ local function periodFn (fn, bounds, at)
   end
   return function () error('now is outside the calendar periods sent') end, 1
 end
+
+-- Per call from here (a Redis Functions library's batch function: lib/store/redis/library.ts).
+-- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
+local KEYS, ARGV = KEYS, ARGV
+local now = nowMs(ARGV[1])
+
 local specs = tonumber(ARGV[2])
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it: a table read per decision instead of a tonumber (strtod)

@@ -4,14 +4,17 @@
 
 -- The library functions every decision calls, as locals: a global lookup is
 -- two table reads per call (measured with benchmarks/instructions.ts).
-local call, tonumber, floor, ceil, min = redis.call, tonumber, math.floor, math.ceil, math.min
-local format, find, sub, match = string.format, string.find, string.sub, string.match
-
--- State format 2 (the uppercase key suffixes): an algorithm's numbers packed as
--- little-endian doubles, exact below 2^53. Decimal text cost more than the
--- algorithm: three tonumber (strtod) to read it, string.format to write it.
--- A stored value of another length is not ours and reads as absent.
-local packNumbers, unpackNumbers = struct.pack, struct.unpack
+-- packNumbers, unpackNumbers: state format 2 (the uppercase key suffixes), an
+-- algorithm's numbers packed as little-endian doubles, exact below 2^53.
+-- Decimal text cost more than the algorithm: three tonumber (strtod) to read
+-- it, string.format to write it. A stored value of another length is not ours
+-- and reads as absent.
+-- A Redis Functions library sees none of these while it loads: it declares the
+-- locals and binds them on its first call (lib/store/redis/library.ts).
+local function libraryFunctions ()
+  return redis.call, tonumber, math.floor, math.ceil, math.min, string.format, string.find, string.sub, string.match, struct.pack, struct.unpack
+end
+local call, tonumber, floor, ceil, min, format, find, sub, match, packNumbers, unpackNumbers = libraryFunctions()
 
 -- Integer division is floor(a / b) (ceil(a / b) rounding up), exact as it is
 -- for integers with |a| below 2^53 and b >= 1: a / b is q + r/b, at least 1/b

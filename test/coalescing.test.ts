@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { ALGORITHMS, CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
 import { buildBatchScript, loadLoneScripts, type LoadedScript } from '../lib/store/redis/scripts.js'
+import { buildLibrary } from '../lib/store/redis/library.js'
 import { buildApp } from './helpers/app.js'
 import { createClient, readState, scriptCalls } from './helpers/redis.js'
 import { adminClient, pluginClient, startProxy, startServer, type ManagedServer } from './helpers/topologies.js'
@@ -105,28 +106,69 @@ test('a decision alone (its algorithm\'s lone script) fails on a WRONGTYPE key a
   t.equal((await app.inject({ url: '/closed', headers: { 'x-user': 'someone-else' } })).statusCode, 200, 'the next decision alone is taken')
 })
 
-test('NOSCRIPT after SCRIPT FLUSH: a decision alone is sent again as EVAL of its lone script, decided once', async (t) => {
+/** FCALL, EVALSHA and EVAL calls a server has counted (INFO commandstats). */
+async function scriptCommands (admin: Redis): Promise<Record<'fcall' | 'evalsha' | 'eval', number>> {
+  const stats = await admin.info('commandstats')
+  const calls = (name: string): number => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0)
+  return { fcall: calls('fcall'), evalsha: calls('evalsha'), eval: calls('eval') }
+}
+
+/** Resolves once the server holds the store's library again (loaded behind the EVAL), within 2 s. */
+async function libraryLoaded (admin: Redis): Promise<boolean> {
+  const name = buildLibrary().name
+  for (let i = 0; i < 200; i++) {
+    const list = await admin.call('FUNCTION', 'LIST', 'LIBRARYNAME', name) as unknown[]
+    if (list.length > 0) return true
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  return false
+}
+
+test('"Function not found" after FUNCTION FLUSH: a decision alone is sent again as EVAL of its lone script, decided once; the library is loaded again', async (t) => {
   const { app, admin } = await setup(t)
   await burst(app, 1, '/count', () => 'c')
-  await admin.script('FLUSH')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 0, eval: 0 }, 'decisions go by FCALL')
+  await admin.call('FUNCTION', 'FLUSH')
   t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.ok(await libraryLoaded(admin), 'the store loaded its library again')
   t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
   t.equal(app.rateLimit.stats().degraded, 0)
+  t.same(await scriptCommands(admin), { fcall: 3, evalsha: 0, eval: 1 }, 'one FCALL met "Function not found", one EVAL answered it, then FCALL again')
   const lone = loadLoneScripts()[ALGORITHMS.indexOf('fixed-window')] as LoadedScript
-  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL loaded the lone script; the batch script was never needed')
+  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL was of the lone script; the batch script was never needed')
   const [key] = await admin.keys('co:{GET:/count|*')
   t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
 })
 
-test('NOSCRIPT after SCRIPT FLUSH: the batch is sent again as EVAL, decided once, nothing degraded', async (t) => {
+test('"Function not found" after FUNCTION FLUSH: the batch is sent again as EVAL, decided once, nothing degraded', async (t) => {
   const { app, admin } = await setup(t)
   await burst(app, 1, '/count', () => 'c')
-  await admin.script('FLUSH')
+  await admin.call('FUNCTION', 'FLUSH')
   const statuses = await burst(app, 50, '/count', () => 'c')
   t.equal(statuses.filter((code) => code === 200).length, 50)
   t.equal(app.rateLimit.stats().degraded, 0)
+  t.equal((await scriptCommands(admin)).eval, 1, 'the batch\'s one call, sent again as EVAL')
   const [key] = await admin.keys('co:{GET:/count|*')
   t.equal((await readState(admin, key as string))?.[1], 51, 'every decision counted exactly once')
+})
+
+test('a Redis that refuses FUNCTION: decisions go by EVALSHA, and NOSCRIPT after SCRIPT FLUSH is answered by one EVAL', async (t) => {
+  const server = await startServer(['--rename-command', 'FUNCTION', ''], { label: 'coalesce-no-functions' })
+  const { app, admin } = await setup(t, {}, undefined, server)
+  await burst(app, 1, '/count', () => 'c')
+  t.same(await scriptCommands(admin), { fcall: 0, evalsha: 1, eval: 0 }, 'FUNCTION LOAD was refused at ready(): the decision went by EVALSHA')
+  await admin.script('FLUSH')
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  const lone = loadLoneScripts()[ALGORITHMS.indexOf('fixed-window')] as LoadedScript
+  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL loaded the lone script; the batch script was never needed')
+  await admin.script('FLUSH')
+  const statuses = await burst(app, 50, '/count', () => 'c')
+  t.equal(statuses.filter((code) => code === 200).length, 50)
+  t.same(await scriptCommands(admin), { fcall: 0, evalsha: 4, eval: 2 }, 'each NOSCRIPT answered by one EVAL, then EVALSHA again')
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const [key] = await admin.keys('co:{GET:/count|*')
+  t.equal((await readState(admin, key as string))?.[1], 53, 'every decision counted exactly once')
 })
 
 test('a batch whose reply is lost is counted once, even by a client that resends unanswered commands', async (t) => {

@@ -15,7 +15,7 @@ const ok = async () => ({ ok: true })
 
 /**
  * Calls per command since the last reset, without INFO/CONFIG (the probe's
- * own). Commands a script runs count too (a sliding-log refusal is EVALSHA +
+ * own). Commands a script runs count too (a sliding-log refusal is FCALL +
  * ZREMRANGEBYSCORE + ZCARD + ZRANGE).
  */
 async function commandCounts (admin: Redis): Promise<Record<string, number>> {
@@ -62,9 +62,9 @@ test('a flood from a refused identity costs no Redis command; without the cache 
     t.ok(codes.every((code) => code === 429), `${FLOOD} flood requests all refused`)
     const label = denyCache === false ? 'without' : 'with'
     figures[`${label}Total`] = total(counts)
-    figures[`${label}Evalsha`] = counts.evalsha ?? 0
+    figures[`${label}Fcall`] = counts.fcall ?? 0
     if (denyCache === false) {
-      t.equal(counts.evalsha, FLOOD, `without the cache: one EVALSHA per request (${JSON.stringify(counts)})`)
+      t.equal(counts.fcall, FLOOD, `without the cache: one FCALL per request (${JSON.stringify(counts)})`)
     } else {
       t.same(counts, {}, 'with the cache: zero Redis commands during the flood')
       t.equal(app.rateLimit.stats().limited, FLOOD + 1)
@@ -101,7 +101,7 @@ test('answers with the headers Redis gave, and never refuses longer than Redis s
   t.same(await commandCounts(admin), {}, 'no Redis command so far')
   clock.advance(1)
   t.equal((await app.inject('/x')).statusCode, 200, 'at Redis\'s retry time the request goes to Redis and is admitted')
-  t.equal((await commandCounts(admin)).evalsha, 1)
+  t.equal((await commandCounts(admin)).fcall, 1)
 })
 
 test('a cheaper request than the refused one goes to Redis; reset() clears the local entry', async (t) => {
@@ -115,7 +115,7 @@ test('a cheaper request than the refused one goes to Redis; reset() clears the l
   t.same(await flood(app, 3, '/batch', { 'x-cost': '4' }), [429, 429, 429], 'as costly or more: refused locally')
   t.same(await commandCounts(admin), {})
   t.same(await flood(app, 1, '/batch', { 'x-cost': '2' }), [200], 'cheaper: asked Redis, and it fits')
-  t.equal((await commandCounts(admin)).evalsha, 1)
+  t.equal((await commandCounts(admin)).fcall, 1)
 
   t.same(await flood(app, 1, '/batch', { 'x-cost': '1' }), [429], '5 of 5 spent')
   await app.rateLimit.reset('batch', { ip: '127.0.0.1' })
@@ -133,7 +133,7 @@ test('bounded: the least recently used entry goes first', async (t) => {
   t.same(await flood(app, 3, '/x', { 'x-user': 'b' }), [429, 429, 429])
   t.same(await commandCounts(admin), {}, 'b and c are cached')
   t.same(await flood(app, 1, '/x', { 'x-user': 'a' }), [429])
-  t.equal((await commandCounts(admin)).evalsha, 1, 'a was evicted (max 2): Redis was asked')
+  t.equal((await commandCounts(admin)).fcall, 1, 'a was evicted (max 2): Redis was asked')
 
   const cache = new DenyCache(2)
   const run = {}
@@ -158,5 +158,5 @@ test('a store failure is never cached, and shadow policies never use the cache',
   await admin.config('RESETSTAT')
   const res = await app.inject('/shadow')
   t.equal(res.json().rl.outcome, 'shadow-limited')
-  t.equal((await commandCounts(admin)).evalsha, 1, 'every shadow decision is taken by Redis (recorded, not cached)')
+  t.equal((await commandCounts(admin)).fcall, 1, 'every shadow decision is taken by Redis (recorded, not cached)')
 })

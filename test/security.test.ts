@@ -267,7 +267,7 @@ test('secrets: no raw API key or username in Redis keys or values (SCAN, MONITOR
   t.ok(keys.some((key) => key.includes(`u=${userHash}`)), 'the username is in the keys only as its hash')
   // MONITOR sees every command the plugin sent, arguments included.
   await new Promise((resolve) => setTimeout(resolve, 100))
-  t.ok(commands.filter((line) => /^evalsha /i.test(line)).length >= 33, `MONITOR captured the decisions (${commands.length} commands)`)
+  t.ok(commands.filter((line) => /^fcall /i.test(line)).length >= 33, `MONITOR captured the decisions (${commands.length} commands)`)
   t.ok(commands.some((line) => line.includes(userHash)))
 
   const logText = lines.join('')

@@ -11,7 +11,7 @@ import { adminClient, startCluster, startProxy, startServer, waitFor } from '../
 /*
  * The same guarantees for every supported client (issue 19), one named
  * subset run per client with its recommended options against real servers:
- * exact under concurrency with two instances and NOSCRIPT recovery, a flood
+ * exact under concurrency with two instances and recovery from a flushed library, a flood
  * on one instance, override polling, three faults (lost reply counted once,
  * server hung, port closed) and Cluster batching by hash tag. The full
  * suites run on ioredis 6; this file is what every other client must match.
@@ -53,8 +53,8 @@ async function exactness (t: Test, flavour: ClientFlavour): Promise<void> {
     const both = await Promise.all([statusesOf(a.app, url, 100), statusesOf(b.app, url, 100)])
     t.equal(admitted(both.flat()), 25, `${url}: 200 concurrent requests on two instances admit exactly 25`)
   }
-  await sharedAdmin.script('FLUSH')
-  t.equal((await a.app.inject('/sw')).statusCode, 429, 'after SCRIPT FLUSH the next decision is still taken (EVAL after NOSCRIPT)')
+  await sharedAdmin.call('FUNCTION', 'FLUSH')
+  t.equal((await a.app.inject('/sw')).statusCode, 429, 'after FUNCTION FLUSH the next decision is still taken (EVAL after "Function not found")')
   const flood = await statusesOf(a.app, '/id', 2000)
   t.equal(admitted(flood), 5, 'a flood of 2,000 concurrent requests on one instance admits exactly the limit')
   t.equal(a.app.rateLimit.stats().degraded + b.app.rateLimit.stats().degraded, 0, 'no decision degraded')
@@ -111,7 +111,7 @@ async function faults (t: Test, flavour: ClientFlavour): Promise<void> {
   await server.stop()
   await duringFault(t, app, 'port closed', 503)
   await server.start()
-  t.ok(await enforcedAgain(app, 'closed') < 2000, 'port closed: enforced again within 2 s of the restart (scripts reloaded by NOSCRIPT)')
+  t.ok(await enforcedAgain(app, 'closed') < 2000, 'port closed: enforced again within 2 s of the restart (the library loaded again after "Function not found")')
 }
 
 async function clusterBatching (t: Test, flavour: ClientFlavour): Promise<void> {
@@ -156,7 +156,7 @@ async function clusterScriptCalls (): Promise<number> {
 }
 
 for (const flavour of FLAVOURS) {
-  test(`${flavour.name}: exact with two instances, NOSCRIPT, a flood, override polling`, async (t) => { await exactness(t, flavour) })
+  test(`${flavour.name}: exact with two instances, a flushed library, a flood, override polling`, async (t) => { await exactness(t, flavour) })
   test(`${flavour.name}: lost reply counted once, server hung, port closed`, async (t) => { await faults(t, flavour) })
   test(`${flavour.name}: Cluster, exact and batched by hash tag`, async (t) => { await clusterBatching(t, flavour) })
   test(`${flavour.name}: Node blocked past the timeout right after the flush: still decided by Redis`, async (t) => { await lagAfterFlush(t, flavour) })

@@ -106,18 +106,29 @@ test('cluster: fresh clients, the first burst after ready(): two instances, 200 
   t.comment(`figures ${JSON.stringify({ clusterAdmitted: counts, limit: LIMIT, requests: REQUESTS })}`)
 })
 
-test('cluster: ready() loads the script on every master before the first request', async (t) => {
+/** Whether the Cluster node on `port` holds the store's Functions library. */
+async function holdsLibrary (port: number): Promise<boolean> {
+  const { buildLibrary } = await import('../../lib/store/redis/library.js')
+  return (await cluster.admin(port).call('FUNCTION', 'LIST', 'LIBRARYNAME', buildLibrary().name) as unknown[]).length > 0
+}
+
+test('cluster: ready() loads the library on every master before the first request; a master that lost it gets it again', async (t) => {
   const app = await buildApp({ redis: clusterClient(1000), prefix: 'warm' })
   app.get('/w', { config: { rateLimit: { limit: 5, window: '1m' } } }, async () => 'ok')
-  for (const node of cluster.nodes) await cluster.admin(node.port).script('FLUSH')
+  for (const node of cluster.nodes) await cluster.admin(node.port).call('FUNCTION', 'FLUSH')
   await app.ready()
   t.teardown(async () => { await app.close() })
-  const { buildBatchScript } = await import('../../lib/store/redis/scripts.js')
-  const sha = buildBatchScript().sha
-  for (const node of cluster.nodes) {
-    const [loaded] = await cluster.admin(node.port).script('EXISTS', sha) as number[]
-    t.equal(loaded, 1, `master ${node.port} has the batch script`)
+  for (const node of cluster.nodes) t.ok(await holdsLibrary(node.port), `master ${node.port} has the library`)
+  for (const node of cluster.nodes) await cluster.admin(node.port).call('FUNCTION', 'FLUSH')
+  const res = await app.inject('/w')
+  t.equal(res.statusCode, 200)
+  t.equal(app.rateLimit.stats().degraded, 0, '"Function not found" was answered by an EVAL, not by onRedisError')
+  let everywhere = false
+  for (let i = 0; i < 200 && !everywhere; i++) {
+    everywhere = (await Promise.all(cluster.nodes.map(async (node) => await holdsLibrary(node.port)))).every(Boolean)
+    if (!everywhere) await new Promise((resolve) => setTimeout(resolve, 10))
   }
+  t.ok(everywhere, 'the library is loaded again on every master')
 })
 
 test('cluster: the slot of a live key migrates during traffic; decisions stay within the timeout, the count is intact', async (t) => {

@@ -39,8 +39,9 @@ function stallMs (): number {
 /** Resume bound for the recommended client; a default client's is its own reconnect delay (measured, printed). */
 const RESUME_MS = 1000
 
-function noscriptCalls (errorstats: string): number {
-  return Number(/errorstat_NOSCRIPT:count=(\d+)/.exec(errorstats)?.[1] ?? 0)
+/** FCALLs that failed: here only calls of a function the server does not hold ("Function not found": nothing ran). */
+function missingFunctionCalls (commandstats: string): number {
+  return Number(/cmdstat_fcall:[^\r\n]*failed_calls=(\d+)/.exec(commandstats)?.[1] ?? 0)
 }
 
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
@@ -184,14 +185,14 @@ for (const kind of KINDS) {
     await exhaust(t, h)
     await s.stop()
     const d = await during(h)
-    await s.start() // an empty server: the counts and the script cache are gone (NOSCRIPT path)
+    await s.start() // an empty server: the counts and the library are gone ("Function not found" path)
     const r = await resume(h)
     const stall = figures(t, 'stopped mid-traffic', kind, d, r)
     check(t, kind, d, r, kind === 'recommended' ? RESUME_MS : 6000, stall)
     await limitBitesAgain(t, h)
   })
 
-  test(`restart: NOSCRIPT is answered by one EVAL, no decision degrades for it (${kind} client)`, async (t) => {
+  test(`restart: "Function not found" is answered by one EVAL, no decision degrades for it (${kind} client)`, async (t) => {
     const s = await server(t)
     const h = await harness(s.port, kind, 'noscript')
     t.teardown(async () => { await h.close(); await s.stop() })
@@ -200,16 +201,17 @@ for (const kind of KINDS) {
     await s.start()
     const admin = adminClient(s.port)
     t.teardown(() => admin.disconnect())
-    t.same(await admin.script('EXISTS', '0000000000000000000000000000000000000000'), [0])
+    t.same(await admin.call('FUNCTION', 'LIST'), [], 'the restarted server holds no library')
     // Wait for the plugin's client to reconnect by itself, then the very first decision must be enforced.
     const reconnectMs = await waitFor('client reconnected', () => h.redis.status === 'ready', 8000, 5)
     const first = await h.decide('/open')
     t.equal(first.degraded, false, `first decision after the restart is enforced (reconnected after ${reconnectMs} ms)`)
     t.equal(first.status, 200, 'fresh server: the count starts again')
-    t.equal(noscriptCalls(await admin.info('errorstats')), 1, 'the EVALSHA met NOSCRIPT once; the EVAL that followed decided and reloaded the script')
-    t.equal((await h.decide('/open')).degraded, false, 'the next decision runs by SHA again')
-    t.equal(noscriptCalls(await admin.info('errorstats')), 1, 'no further NOSCRIPT')
-    t.comment(`figures ${JSON.stringify({ fault: 'NOSCRIPT after restart', kind, reconnectMs, firstDecisionMs: Math.round(first.ms * 10) / 10 })}`)
+    t.equal(missingFunctionCalls(await admin.info('commandstats')), 1, 'the FCALL met "Function not found" once; the EVAL that followed decided')
+    t.equal((await h.decide('/open')).degraded, false, 'the next decision is enforced')
+    t.equal(missingFunctionCalls(await admin.info('commandstats')), 1, 'and runs by FCALL: the library was loaded again')
+    t.equal((await admin.call('FUNCTION', 'LIST') as unknown[]).length, 1, 'one library on the server')
+    t.comment(`figures ${JSON.stringify({ fault: 'Function not found after restart', kind, reconnectMs, firstDecisionMs: Math.round(first.ms * 10) / 10 })}`)
     await limitBitesAgain(t, h)
   })
 
@@ -246,7 +248,7 @@ for (const kind of KINDS) {
     })
     t.equal(lost, 5, 'five /count decisions reached Redis and lost their reply')
     // The fault ends as such faults do: the connection breaks and the client reconnects.
-    const noscriptBefore = noscriptCalls(await admin.info('errorstats'))
+    const inertBefore = missingFunctionCalls(await admin.info('commandstats'))
     proxy.mode = 'pass'
     proxy.cut()
     const r = await resume(h)
@@ -258,10 +260,10 @@ for (const kind of KINDS) {
     check(t, kind, d, r, kind === 'recommended' ? RESUME_MS : 6000, stall)
     await limitBitesAgain(t, h)
     // The recommended client never resends; a default client does resend the unanswered commands after
-    // reconnecting, but the store made each abandoned command inert (NOSCRIPT), so nothing runs twice.
+    // reconnecting, but the store made each abandoned command inert (an FCALL of no function), so nothing runs twice.
     t.equal(count, 1 + lost, 'each request counted once, never twice')
-    const resentInert = noscriptCalls(await admin.info('errorstats')) - noscriptBefore
-    if (kind === 'default') t.ok(resentInert >= lost, `the default client resent ${resentInert} unanswered commands: Redis refused each with NOSCRIPT`)
+    const resentInert = missingFunctionCalls(await admin.info('commandstats')) - inertBefore
+    if (kind === 'default') t.ok(resentInert >= lost, `the default client resent ${resentInert} unanswered commands: Redis refused each ("Function not found")`)
     else t.equal(resentInert, 0, 'the recommended client resent nothing')
   })
 

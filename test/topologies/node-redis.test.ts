@@ -7,7 +7,7 @@ import { uniquePrefix } from '../helpers/redis.js'
 import { HOST } from '../helpers/clients.js'
 import { adminClient, startSentinel, startServer } from '../helpers/topologies.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
-import { isNoScript } from '../../lib/store/redis/client/port.js'
+import { isFunctionMissing, isNoScript } from '../../lib/store/redis/client/port.js'
 
 /*
  * What only node-redis needs beyond the shared subset (clients.test.ts): its
@@ -64,6 +64,13 @@ test('a call defused before node-redis wrote it runs nothing; a written one is a
   t.equal(await admin.get(key), '1', 'a defuse after the write changes nothing')
   const noscript: unknown = await port.script('evalsha', '0'.repeat(40), [0]).reply.then(() => undefined, (reason: unknown) => reason)
   t.ok(port.isServerError(noscript) && isNoScript(noscript), 'NOSCRIPT is an error reply from Redis (Redis alive), and recognised')
+  // This file's own server: a function that would count, called and defused before its write.
+  await admin.call('FUNCTION', 'LOAD', 'REPLACE', "#!lua name=defuse_test\nredis.register_function('defuse_test_incr', function (keys) return redis.call('INCR', keys[1]) end)")
+  const held = port.script('fcall', 'defuse_test_incr', [1, key])
+  held.defuse()
+  const missing: unknown = await held.reply.then(() => undefined, (reason: unknown) => reason)
+  t.ok(port.isServerError(missing) && isFunctionMissing(missing), 'an FCALL defused before its write names no function: "Function not found", recognised')
+  t.equal(await admin.get(key), '1', 'and touched no key')
 })
 
 test('node-redis 5: calls defused in turn while queued leave the client working (its queue is never unlinked)', async (t) => {
@@ -79,7 +86,7 @@ test('node-redis 5: calls defused in turn while queued leave the client working 
   t.equal(await client.sendCommand(['PING']), 'PONG', 'a later command is still written and answered')
 })
 
-test('createSentinel: exact under concurrency, warm scripts at ready()', async (t) => {
+test('createSentinel: exact under concurrency, the library loaded at ready()', async (t) => {
   const topology = await startSentinel()
   const sentinel = createSentinel({ name: topology.name, sentinelRootNodes: topology.sentinels, nodeClientOptions: { disableOfflineQueue: true } })
   sentinel.on('error', () => {})
@@ -89,7 +96,7 @@ test('createSentinel: exact under concurrency, warm scripts at ready()', async (
   t.teardown(async () => { await app.close(); sentinel.destroy(); await topology.stop() })
   await app.ready()
   const master = topology.admin(await topology.masterPort())
-  t.match(await master.info('commandstats'), /cmdstat_script\|load:calls=[1-9]/, 'ready() loaded the script on the master')
+  t.match(await master.info('commandstats'), /cmdstat_function\|load:calls=[1-9]/, 'ready() loaded the library on the master')
   const statuses = await Promise.all(Array.from({ length: 200 }, async () => (await app.inject('/x')).statusCode))
   t.equal(statuses.filter((code) => code === 200).length, 25, 'exactly the limit')
   t.equal(app.rateLimit.stats().degraded, 0)

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, frameLone, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
-import type { LoadedScript } from './scripts.js'
-import { isNoScript, type ClientPort } from './client/port.js'
+import type { ScriptRoute } from './script-route.js'
+import { isFunctionMissing, isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
 import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
 
@@ -10,7 +10,8 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * Coalesced decisions. Every decision started in one event-loop turn leaves
  * in one call of the batch script (scripts/batch.lua; its wire format is
  * protocol.ts's, of which this module knows nothing more): one
- * EVALSHA, one Redis TIME, one reply to parse, instead of one command each.
+ * FCALL (or EVALSHA: script-route.ts), one Redis TIME, one reply to parse,
+ * instead of one command each.
  * A turn with one straight decision (most turns under light load) calls its
  * algorithm's lone script instead, which costs Redis a third less for it.
  * The queue is flushed in setImmediate, after the poll phase that read the
@@ -37,15 +38,15 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * autoResendUnfulfilledCommands) and a Cluster client retries after a
  * redirect. At the timeout the call is defused (client/port.ts ScriptCall):
  * any copy written after that moment runs nothing (ioredis: its first
- * argument becomes an unknown SHA, which fails with NOSCRIPT, or `return 0`,
+ * argument becomes an unknown function or SHA, which fails, or `return 0`,
  * which touches no key; node-redis: the unwritten command is aborted, and a
  * written one is never resent): a decision answered by onRedisError is
  * counted at most once, whatever the client's settings. Slot releases and
  * renewals are idempotent (a ZREM, a ZADD of a live member): they travel in
  * calls of their own, are never defused, and a release is retried by the
- * store after a timeout. NOSCRIPT (restart,
- * failover, SCRIPT FLUSH) is answered by one EVAL of the same source, which
- * also reloads the script cache.
+ * store after a timeout. "Function not found" (a restart without persistence,
+ * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
+ * which also fills the script cache; the library is loaded again behind it.
  */
 
 /** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
@@ -54,12 +55,6 @@ export type BatchJob = EncodedCall & Settlement
 /** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
 function isIdempotent (job: BatchJob): boolean {
   return job.kind === 'adjust' && job.idempotent
-}
-
-/** The scripts a call may go to: the batch script, and per algorithm (ALGORITHMS order) a lone decision's. */
-export interface DispatchScripts {
-  batch: LoadedScript
-  lone: readonly LoadedScript[]
 }
 
 export interface DispatchOptions {
@@ -78,7 +73,7 @@ export interface DispatchOptions {
 
 export class Dispatcher {
   readonly #client: ClientPort
-  readonly #scripts: DispatchScripts
+  readonly #route: ScriptRoute
   readonly #options: DispatchOptions
   #queue: BatchJob[] = []
   #scheduled = false
@@ -93,9 +88,9 @@ export class Dispatcher {
     for (const call of calls) this.#verdict(call)
   }
 
-  constructor (client: ClientPort, scripts: DispatchScripts, options: DispatchOptions) {
+  constructor (client: ClientPort, route: ScriptRoute, options: DispatchOptions) {
     this.#client = client
-    this.#scripts = scripts
+    this.#route = route
     this.#options = options
   }
 
@@ -179,7 +174,7 @@ export class Dispatcher {
     return progress
   }
 
-  /** Waits for the reply of the call's current command (the EVALSHA, or the EVAL after NOSCRIPT). */
+  /** Waits for the reply of the call's current command (the first, or the EVAL that answers it). */
   #listen (call: InFlight): void {
     call.current.reply.then((reply) => { this.#onReply(call, reply) }, (error: unknown) => { this.#onError(call, error) })
   }
@@ -189,16 +184,17 @@ export class Dispatcher {
     const now = this.#options.clock?.()
     // One straight decision alone (most calls under light load) goes to its algorithm's own script.
     const lone = frameLone(jobs, now)
-    const script = lone === undefined ? this.#scripts.batch : this.#scripts.lone[lone.algorithmNumber - 1] as LoadedScript
+    const script = lone?.algorithmNumber ?? 0
     const args = lone?.args ?? frameBatch(jobs, now)
-    const first = this.#client.script('evalsha', script.sha, args)
+    const op = this.#route.functions ? 'fcall' : 'evalsha'
+    const first = this.#client.script(op, this.#route.first(script), args)
     const call: InFlight = {
       jobs,
       script,
       args,
       first,
       current: first,
-      op: 'evalsha',
+      op,
       idempotent: jobs.every(isIdempotent),
       settled: false,
       timedOut: false,
@@ -272,8 +268,9 @@ export class Dispatcher {
     if (this.#client.isServerError(error)) call.progress.lastAt = performance.now()
     if (call.settled) return
     // An abandoned call is never retried: its decisions were already answered.
-    if (isNoScript(error) && !call.timedOut && call.op === 'evalsha') {
-      call.current = this.#client.script('eval', call.script.source, call.args)
+    if (!call.timedOut && call.op !== 'eval' && (isFunctionMissing(error) || isNoScript(error))) {
+      if (call.op === 'fcall') this.#route.reload()
+      call.current = this.#client.script('eval', this.#route.script(call.script).source, call.args)
       call.op = 'eval'
       this.#listen(call)
       return

@@ -1,6 +1,6 @@
 import type { ScriptCall, ScriptOp } from './client/port.js'
 import type { BatchJob } from './dispatcher.js'
-import type { LoadedScript } from './scripts.js'
+import type { ScriptNumber } from './script-route.js'
 
 /*
  * What the dispatcher's timeout rule judges (dispatcher.ts): a script call in
@@ -34,12 +34,12 @@ export function owedFor (call: InFlight, timeout: number, at: number): boolean {
 /** One script call in flight: its jobs and what the timeout rule judges it by. */
 export interface InFlight {
   jobs: readonly BatchJob[]
-  /** The script called (the batch script, or a lone decision's), and its framed arguments after the SHA (or source), kept for the EVAL after NOSCRIPT. */
-  script: LoadedScript
+  /** The script called (script-route.ts numbers), and its framed arguments after the name (or SHA), kept for the EVAL after "Function not found" or NOSCRIPT. */
+  script: ScriptNumber
   args: ReadonlyArray<string | number>
-  /** The EVALSHA first written: the timeout rule measures from its write. */
+  /** The call first written (FCALL or EVALSHA): the timeout rule measures from its write. */
   first: ScriptCall
-  /** The call last written: the EVALSHA, or the EVAL that answers its NOSCRIPT. */
+  /** The call last written: the first, or the EVAL that answers its "Function not found" or NOSCRIPT. */
   current: ScriptCall
   op: ScriptOp
   /** Every job is idempotent (slot releases, renewals): a resend is harmless, so it is never defused. */

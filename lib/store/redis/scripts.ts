@@ -62,7 +62,7 @@ function algorithmLocal (local: string, name: AlgorithmName, chunk: string): str
  * creates costs (benchmarks/instructions.ts): one function and one table here,
  * where a maker per algorithm cost six closures more.
  */
-function algorithmBuilder (sources: ScriptSources): string {
+export function algorithmBuilder (sources: ScriptSources): string {
   const chunks: Array<[string, string]> = [...ALGORITHMS.map((name): [string, string] => [name, sources.algorithms[name]]), ['concurrency', sources.concurrency]]
   const branches = chunks.map(([name, chunk], i) => `  ${i === 0 ? 'if' : 'elseif'} n == ${i + 1} then\n    -- ${name}\n    fn = (function ()\n${chunk}end)()`)
   return `local built = {}
@@ -77,17 +77,22 @@ end`
 }
 
 /** batch.lua with multi.lua, penalty.lua and paths.lua spliced into its lazily built paths() (at its --@splice line). */
-function batchDriver (sources: ScriptSources): string {
+export function batchDriver (sources: ScriptSources): string {
   const marker = /^ *--@splice .*$/m
   if (!marker.test(sources.batch)) throw new Error('scripts/batch.lua has lost its --@splice line')
   return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}\n${sources.paths}`)
 }
 
+/** The stride constants and the prelude: the top of every script, and of the Functions library. */
+export function prelude (sources: ScriptSources): string {
+  return `local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}
+${sources.prelude}`
+}
+
 function header (what: string, sources: ScriptSources): string {
   return `#!lua
 -- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}
-${sources.prelude}`
+${prelude(sources)}`
 }
 
 /** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }). */
@@ -97,13 +102,16 @@ return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 `
 
 /**
- * A lone decision's script reads its ARGV as numbers and replies as the batch
- * script's straight decision does: five values, or 0 and the error text.
+ * A lone decision's call: `fn` (an algorithm's function) on ARGV as numbers,
+ * replying as the batch script's straight decision does: five values, or 0
+ * and the error text.
  */
-const LONE_CALL = `local ok, a, r, reset, retry, nextMs = pcall(algorithm, KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), 0)
+export function loneCall (fn: string): string {
+  return `local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), 0)
 if ok then return { a, r, reset, retry, nextMs } end
 return { 0, errorText(a) }
 `
+}
 
 /**
  * The store's script for a call of one straight decision (one block, charged,
@@ -117,7 +125,7 @@ export function loadLoneScripts (sources: ScriptSources = readSources()): Loaded
   return ALGORITHMS.map((name) => loaded(`${header(`${name}, one decision`, sources)}
 ${algorithmLocal('algorithm', name, sources.algorithms[name])}
 ${sources.errorText}
-${LONE_CALL}`))
+${loneCall('algorithm')}`))
 }
 
 /**

@@ -2,9 +2,11 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as delay } from 'node:timers/promises'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
-import { Dispatcher, type DispatchOptions, type DispatchScripts } from './dispatcher.js'
+import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
-import { buildBatchScript, loadLoneScripts, readSources, type LoadedScript } from './scripts.js'
+import { buildBatchScript, loadLoneScripts, readSources } from './scripts.js'
+import { buildLibrary } from './library.js'
+import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
 import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
@@ -54,16 +56,15 @@ async function checkEviction (masters: readonly MasterPort[], log: DebugLog | un
   if (risky.length > 0) FST_RRL_EVICTION_POLICY(risky.sort().join('; '))
 }
 
-/** Loads the scripts on every master (a failed load is answered later by NOSCRIPT's EVAL) and checks eviction. */
-async function warmMasters (client: ClientPort, scripts: readonly LoadedScript[], log: DebugLog | undefined): Promise<void> {
+/** Loads the library (or the scripts) on every master (a failed load is answered later by an EVAL) and checks eviction. */
+async function warmMasters (client: ClientPort, route: ScriptRoute, log: DebugLog | undefined): Promise<void> {
   const masters = await client.masters()
-  const loaded = Promise.all(masters.flatMap((node) => scripts.map(async ({ source }) => { await node.scriptLoad(source) }))).catch(() => {})
-  await Promise.all([loaded, checkEviction(masters, log)])
+  await Promise.all([route.load(masters, log), checkEviction(masters, log)])
 }
 
 export class RedisStore implements Store {
   readonly #client: ClientPort
-  readonly #scripts: DispatchScripts
+  readonly #route: ScriptRoute
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
@@ -73,8 +74,8 @@ export class RedisStore implements Store {
     this.#client = client
     this.#retryMs = Math.max(50, options.timeout)
     const sources = readSources()
-    this.#scripts = { batch: buildBatchScript(sources), lone: loadLoneScripts(sources) }
-    this.#dispatcher = new Dispatcher(client, this.#scripts, { ...options, clock })
+    this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
+    this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
@@ -90,6 +91,11 @@ export class RedisStore implements Store {
   /** Decisions queued or waiting on Redis now. */
   get pending (): number {
     return this.#dispatcher.pending
+  }
+
+  /** Whether decisions go by FCALL of the Functions library (else EVALSHA: script-route.ts). */
+  get functions (): boolean {
+    return this.#route.functions
   }
 
   /** Every block of one request, all-or-nothing, in this turn's batch. */
@@ -132,7 +138,7 @@ export class RedisStore implements Store {
 
   /**
    * Before ready() resolves, for at most `maxWaitMs` in all: lets a client
-   * that is still connecting finish, then loads the scripts on every
+   * that is still connecting finish, then loads the library (or the scripts) on every
    * master (each Cluster master's connection is opened by that load), so the
    * first decision after ready() costs what the thousandth does. A
    * lazyConnect client is asked to connect: the store never sends to a client
@@ -140,7 +146,7 @@ export class RedisStore implements Store {
    * is never connected by the store: the application's own connect() would
    * then throw). Redis being absent
    * does not fail ready(): requests then follow onRedisError until the client
-   * connects by itself, and NOSCRIPT reloads the script where the load missed.
+   * connects by itself, and a call that meets "Function not found" loads the library where the load missed.
    * In the same bounded wait, each master's maxmemory-policy is read (see checkEviction).
    */
   async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
@@ -148,7 +154,7 @@ export class RedisStore implements Store {
     const deadline = performance.now() + maxWaitMs
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
-    await awaitWithin(warmMasters(client, [this.#scripts.batch, ...this.#scripts.lone], log), Math.max(0, deadline - performance.now()), 'script load')
+    await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')
   }
 
   close (): void {}

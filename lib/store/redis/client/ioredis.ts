@@ -70,6 +70,7 @@ function masterPort (node: IoRedisLike): MasterPort {
   return {
     address: `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`,
     scriptLoad: async (source) => await node.script('LOAD', source),
+    functionLoad: async (source) => await node.call('FUNCTION', 'LOAD', source),
     configGet: async (names) => toStringMap(await node.call('CONFIG', 'GET', ...names))
   }
 }

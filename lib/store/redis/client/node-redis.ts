@@ -14,8 +14,8 @@ import { INERT, toStringMap, type ClientKind, type ClientPort, type MasterPort, 
  *   socket drains, when a flood filled it: node-redis removes the command's
  *   abort listener as it encodes it into the socket, so that removal marks
  *   `writtenAt` (the timeout rule measures from the real write);
- * - defuse rewrites the unwritten command in place (an unknown SHA, or
- *   `return 0`): node-redis encodes the array it was given at write time, so
+ * - defuse rewrites the unwritten command in place (an unknown function or
+ *   SHA, or `return 0`): node-redis encodes the array it was given at write time, so
  *   a copy written later runs nothing. It aborts only on a v6 Cluster, whose
  *   raw sendCommand copies the arguments: v5's queue unlinks an aborted
  *   command with a remove() that corrupts the list when two queued commands
@@ -65,6 +65,7 @@ type Send = (firstKey: string | undefined, args: string[], options: CallOptions)
 /** The classes of an error reply from Redis (node-redis sets no `name`; its client-side errors are other classes). */
 const SERVER_ERRORS = new Set(['ErrorReply', 'SimpleError', 'BlobError', 'MultiErrorReply'])
 const PLAIN: CallOptions = { typeMapping: {} }
+const SCRIPT_COMMANDS: Record<ScriptOp, string> = { fcall: 'FCALL', evalsha: 'EVALSHA', eval: 'EVAL' }
 const POLL_MS = 10
 
 function senderOf (kind: ClientKind, client: AnyNodeRedis): Send {
@@ -84,6 +85,7 @@ function masterPort (address: string, send: (args: string[]) => Reply): MasterPo
   return {
     address,
     scriptLoad: async (source) => await send(['SCRIPT', 'LOAD', source]),
+    functionLoad: async (source) => await send(['FUNCTION', 'LOAD', source]),
     configGet: async (names) => toStringMap(await send(['CONFIG', 'GET', ...names]))
   }
 }
@@ -135,7 +137,7 @@ function writeMark (): WriteMark {
 
 function scriptArgs (op: ScriptOp, first: string, framed: ReadonlyArray<string | number>, prefix: string): string[] {
   const count = Number(framed[0])
-  const args = [op === 'evalsha' ? 'EVALSHA' : 'EVAL', first, String(count)]
+  const args = [SCRIPT_COMMANDS[op], first, String(count)]
   for (let i = 1; i < framed.length; i++) args.push(i <= count ? prefix + String(framed[i]) : String(framed[i]))
   return args
 }

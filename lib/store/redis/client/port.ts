@@ -25,14 +25,16 @@ export interface MasterPort {
   /** host:port, for logs and the eviction warning. */
   readonly address: string
   scriptLoad: (source: string) => Promise<unknown>
+  /** FUNCTION LOAD (no REPLACE: a library of the same name is the same version). */
+  functionLoad: (source: string) => Promise<unknown>
   /** CONFIG GET, normalised (a RESP2 flat list, a RESP3 object or a Map). */
   configGet: (names: readonly string[]) => Promise<Map<string, string>>
 }
 
 export type ClientKind = 'ioredis' | 'ioredis-cluster' | 'node-redis' | 'node-redis-cluster' | 'node-redis-sentinel'
 
-/** EVALSHA (first = the SHA) or EVAL (first = the source). */
-export type ScriptOp = 'evalsha' | 'eval'
+/** FCALL (first = the function's name), EVALSHA (first = the SHA) or EVAL (first = the source). */
+export type ScriptOp = 'fcall' | 'evalsha' | 'eval'
 
 export interface ClientPort {
   readonly kind: ClientKind
@@ -45,7 +47,7 @@ export interface ClientPort {
   /** Resolves once ready, or after maxWaitMs. Connects an ioredis lazyConnect client; never connects a node-redis one. */
   whenReady: (maxWaitMs: number) => Promise<void>
   /**
-   * One script call. `framed` is what follows the SHA (or source) on the
+   * One script call. `framed` is what follows the name, SHA or source on the
    * wire: the key count, the keys, then ARGV. Keys are prefixed as the
    * client's own keyPrefix says, and a Cluster routes by the first key.
    */
@@ -67,6 +69,16 @@ export function isNoScript (error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOSCRIPT')
 }
 
+/** FCALL of a function this master does not hold (a restart without persistence, FUNCTION FLUSH, a new Cluster master): nothing ran. */
+export function isFunctionMissing (error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('ERR Function not found')
+}
+
+/** FUNCTION LOAD of a library this master already holds: the same name is the same source. */
+export function isLibraryLoaded (error: unknown): boolean {
+  return error instanceof Error && /^ERR Library '[^']+' already exists/.test(error.message)
+}
+
 /** CONFIG GET / HGETALL replies in any shape a client returns (flat list, object, Map) as a Map of strings. */
 export function toStringMap (reply: unknown): Map<string, string> {
   const out = new Map<string, string>()
@@ -80,5 +92,5 @@ export function toStringMap (reply: unknown): Map<string, string> {
   return out
 }
 
-/** The SHA nothing is loaded under, and a script that touches no key: what a defused call's first argument becomes. */
-export const INERT = { evalsha: '0'.repeat(40), eval: 'return 0' } as const
+/** A function name no library registers, the SHA nothing is loaded under, and a script that touches no key: what a defused call's first argument becomes. */
+export const INERT = { fcall: 'frrl_inert', evalsha: '0'.repeat(40), eval: 'return 0' } as const

@@ -1,0 +1,89 @@
+import type { FunctionLibrary } from './library.js'
+import type { LoadedScript } from './scripts.js'
+import { isLibraryLoaded, type ClientPort, type MasterPort } from './client/port.js'
+import type { DebugLog } from '../port.js'
+
+/*
+ * How the store's calls reach Redis: by FCALL of the Functions library
+ * (library.ts), which costs Redis less per call, unless a master refuses
+ * FUNCTION LOAD (an ACL without @scripting's FUNCTION, a proxy or managed
+ * service that disables it); then by EVALSHA of the scripts (scripts.ts),
+ * loaded instead. Both are assembled from the same Lua files and decide alike.
+ *
+ * A call that meets "Function not found" (a restart without persistence,
+ * FUNCTION FLUSH, a Cluster master added since) has run nothing: the
+ * dispatcher sends it again as EVAL of the same script, and asks for the
+ * library to be loaded again on every master, one load at a time.
+ */
+
+/** Script numbers: 0 is the batch script, n (1…) the lone decision of algorithm n. */
+export type ScriptNumber = number
+
+export class ScriptRoute {
+  readonly #batch: LoadedScript
+  readonly #lone: readonly LoadedScript[]
+  readonly #library: FunctionLibrary
+  readonly #client: ClientPort
+  #functions = true
+  #loading: Promise<void> | undefined
+  #log: DebugLog | undefined
+
+  constructor (client: ClientPort, batch: LoadedScript, lone: readonly LoadedScript[], library: FunctionLibrary) {
+    this.#client = client
+    this.#batch = batch
+    this.#lone = lone
+    this.#library = library
+  }
+
+  /** Whether calls go by FCALL (else EVALSHA). */
+  get functions (): boolean {
+    return this.#functions
+  }
+
+  /** What a call of script n names: its function while functions are on, else its SHA. */
+  first (n: ScriptNumber): string {
+    if (this.#functions) return n === 0 ? this.#library.batch : this.#library.lone[n - 1] as string
+    return this.script(n).sha
+  }
+
+  /** Script n's source and SHA, for EVAL after NOSCRIPT or "Function not found". */
+  script (n: ScriptNumber): LoadedScript {
+    return n === 0 ? this.#batch : this.#lone[n - 1] as LoadedScript
+  }
+
+  /** Every script, for the EVALSHA route's warm-up. */
+  get scripts (): readonly LoadedScript[] {
+    return [this.#batch, ...this.#lone]
+  }
+
+  /**
+   * Loads the library on every master. A master that answers FUNCTION LOAD
+   * with an error (other than "already exists") turns functions off for good:
+   * the scripts are loaded instead. A master that cannot be reached leaves
+   * functions on: its calls meet "Function not found" and load it then.
+   */
+  async load (masters: readonly MasterPort[], log?: DebugLog): Promise<void> {
+    this.#log ??= log
+    let refused: string | undefined
+    await Promise.all(masters.map(async (node) => {
+      try {
+        await node.functionLoad(this.#library.source)
+      } catch (error) {
+        if (!isLibraryLoaded(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${(error as Error).message}`
+      }
+    }))
+    if (refused === undefined) return
+    this.#functions = false
+    this.#log?.debug({ cause: refused }, 'rate limit: FUNCTION LOAD refused, decisions go by EVALSHA')
+    await Promise.all(masters.flatMap((node) => this.scripts.map(async ({ source }) => { await node.scriptLoad(source) }))).catch(() => {})
+  }
+
+  /** A call met "Function not found": the library is loaded again on every master (one load at a time; failures are the next call's). */
+  reload (): void {
+    if (this.#loading !== undefined || !this.#functions) return
+    this.#loading = this.#client.masters()
+      .then(async (masters) => { await this.load(masters) })
+      .catch(() => {})
+      .finally(() => { this.#loading = undefined })
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * The Redis Functions library (lib/store/redis/library.ts) against the
+ * scripts it is assembled from (scripts.ts): random batches and lone
+ * decisions, framed as the store frames them, sent to twin keys by EVALSHA
+ * and by FCALL in the same step, must get the same replies, and leave the
+ * same state. Then the library's versioning: a changed source is a new
+ * library with new function names, loaded beside the old one, and a second
+ * load of the same library is recognised as already there.
+ */
+import { test } from 'tap'
+import fc from 'fast-check'
+import { ALGORITHMS } from '../../lib/store/algorithms.js'
+import { adjustCall, decideCall, frameBatch, frameLone, type EncodedCall } from '../../lib/store/redis/protocol.js'
+import { buildBatchScript, loadLoneScripts, readSources } from '../../lib/store/redis/scripts.js'
+import { buildLibrary } from '../../lib/store/redis/library.js'
+import { isFunctionMissing, isLibraryLoaded } from '../../lib/store/redis/client/port.js'
+import { penaltyKey, type BlockRun } from '../../lib/store/port.js'
+import type { Redis } from 'ioredis'
+import { privateRedis } from '../helpers/redis.js'
+import { testRun } from '../helpers/app.js'
+
+const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 60)
+const noop = (): void => {}
+
+const run = fc.record({
+  algorithm: fc.constantFrom(...ALGORITHMS),
+  limit: fc.integer({ min: 1, max: 5 }),
+  windowMs: fc.integer({ min: 5000, max: 20_000 }),
+  shadow: fc.boolean(),
+  penalty: fc.option(fc.record({ after: fc.integer({ min: 1, max: 3 }), forMs: fc.integer({ min: 5000, max: 30_000 }) }), { nil: undefined, freq: 2 })
+}).map(({ penalty, ...block }): BlockRun => testRun({
+  ...block,
+  penalty: penalty === undefined ? undefined : { after: penalty.after, forMs: penalty.forMs, backoff: 1, maxMs: penalty.forMs, arg: `${penalty.after}:${penalty.forMs}:1:${penalty.forMs}` }
+}))
+
+/** A call on key numbers (0…3): a decision or peek of 1-2 blocks, or a signed adjustment of one. */
+const call = fc.oneof(
+  fc.record({ kind: fc.constant('decide' as const), blocks: fc.array(fc.tuple(fc.nat(3), fc.integer({ min: 1, max: 3 })), { minLength: 1, maxLength: 2 }), peek: fc.boolean() }),
+  fc.record({ kind: fc.constant('adjust' as const), key: fc.nat(3), units: fc.integer({ min: -2, max: 2 }).filter((n) => n !== 0), elapsedMs: fc.nat(3000) })
+)
+/** One charge of one block alone: what the lone functions take (when its block has no penalty). */
+const straight = fc.record({ kind: fc.constant('decide' as const), blocks: fc.tuple(fc.tuple(fc.nat(3), fc.integer({ min: 1, max: 3 }))), peek: fc.constant(false) })
+const step = fc.record({ advanceMs: fc.nat(4000), calls: fc.oneof(fc.array(call, { minLength: 1, maxLength: 4 }), fc.tuple(straight).map((one): Call[] => one)) })
+
+/** A key's type, value and expiry (to the second: the twins are written a few ms apart by the real clock). */
+async function stateOf (admin: Redis, key: string): Promise<string> {
+  const type = await admin.type(key)
+  const value = type === 'string'
+    ? (await admin.getBuffer(key))?.toString('hex')
+    : type === 'zset' ? await admin.zrange(key, '0', '-1', 'WITHSCORES') : type === 'none' ? null : type
+  return JSON.stringify([type, value, Math.round(await admin.pttl(key) / 1000)])
+}
+
+type Call = typeof call extends fc.Arbitrary<infer T> ? T : never
+
+/** The store's encoding of a generated call, on keys under `side`; each generated block on key n uses route run n. */
+function encode (c: Call, runs: readonly BlockRun[], side: string): EncodedCall {
+  const key = (n: number): string => `${side}:{k}:${n}`
+  if (c.kind === 'adjust') return adjustCall([{ kind: 'units', run: runs[c.key] as BlockRun, key: key(c.key), units: c.units, elapsedMs: c.elapsedMs }], noop, noop)
+  const blocks = c.blocks.filter(([n], i) => c.blocks.findIndex(([m]) => m === n) === i)
+  return decideCall({ runs: blocks.map(([n]) => runs[n] as BlockRun), keys: blocks.map(([n]) => key(n)), costs: blocks.map(([, cost]) => cost) }, c.peek ? 'peek' : 'charge', noop, noop)
+}
+
+test('FCALL of the library answers as EVALSHA of the scripts, batch and lone, step by step', async (t) => {
+  const { admin } = await privateRedis(t)
+  const library = buildLibrary()
+  const batch = buildBatchScript()
+  const lone = loadLoneScripts()
+  await admin.call('FUNCTION', 'LOAD', library.source)
+  for (const script of [batch, ...lone]) await admin.script('LOAD', script.source)
+  let scenario = 0
+  let loneSteps = 0
+  await fc.assert(fc.asyncProperty(fc.array(run, { minLength: 4, maxLength: 4 }), fc.array(step, { minLength: 1, maxLength: 12 }), async (runs, steps) => {
+    const a = `fx${++scenario}:a`
+    const b = `fx${scenario}:b`
+    let now = 1_900_000_000_000
+    for (const { advanceMs, calls } of steps) {
+      now += advanceMs
+      const viaScript = calls.map((c) => encode(c, runs, a))
+      const viaFunction = calls.map((c) => encode(c, runs, b))
+      const single = frameLone(viaScript, now)
+      const [scripted, called] = single === undefined
+        ? [await admin.evalsha(batch.sha, ...frameBatch(viaScript, now) as [number]), await admin.call('FCALL', library.batch, ...frameBatch(viaFunction, now).map(String))]
+        : [await admin.evalsha(lone[single.algorithmNumber - 1]!.sha, ...single.args as [number]), await admin.call('FCALL', library.lone[single.algorithmNumber - 1]!, ...frameLone(viaFunction, now)!.args.map(String))]
+      if (single !== undefined) loneSteps++
+      if (JSON.stringify(scripted) !== JSON.stringify(called)) return false
+    }
+    for (let n = 0; n < 4; n++) {
+      for (const key of [`{k}:${n}`, penaltyKey(`{k}:${n}`)]) {
+        if (await stateOf(admin, `${a}:${key}`) !== await stateOf(admin, `${b}:${key}`)) return false
+      }
+    }
+    return true
+  }), { numRuns: NUM_RUNS })
+  t.pass(`${scenario} scenarios: every reply and every stored state the same`)
+  t.ok(loneSteps > 10, `lone decisions compared too (${loneSteps} steps)`)
+})
+
+test('a changed source is a new library with new function names, loaded beside the old; the same library twice is recognised', async (t) => {
+  const { admin } = await privateRedis(t)
+  const current = buildLibrary()
+  const sources = readSources()
+  const changed = buildLibrary({ ...sources, batch: `${sources.batch}\n-- a later version\n` })
+  t.not(changed.name, current.name)
+  t.not(changed.batch, current.batch)
+  t.match(current.name, /^frrl_[0-9a-f]{12}$/)
+  t.ok(current.lone.every((name) => name.startsWith(`${current.name}_`)), 'every function name carries the version')
+  await admin.call('FUNCTION', 'LOAD', current.source)
+  await admin.call('FUNCTION', 'LOAD', changed.source)
+  const again: unknown = await admin.call('FUNCTION', 'LOAD', current.source).then(() => undefined, (error: unknown) => error)
+  t.ok(isLibraryLoaded(again), `a second load of the same version is "already exists" (${String(again)})`)
+  const args = ['1', 'v:{k}:0', '1900000000000', '1', String(ALGORITHMS.indexOf('fixed-window') + 1), '5', '60000', '5', '', '', '', '1']
+  t.same(await admin.call('FCALL', current.batch, ...args), await admin.call('FCALL', changed.batch, ...args.map((arg) => arg.replace('v:', 'w:'))), 'both versions answer')
+  const missing: unknown = await admin.call('FCALL', 'frrl_000000000000_batch', '0').then(() => undefined, (error: unknown) => error)
+  t.ok(isFunctionMissing(missing), `an unknown version's function is "Function not found" (${String(missing)})`)
+})

@@ -53,13 +53,13 @@ export interface RunResult extends Conditions {
   redisCommands: number
   /** Decisions Redis took: the plugin's allowed + limited (stats()), or EVALSHA calls for @fastify/rate-limit. */
   decisions: number
-  /** EVALSHA/EVAL calls: one per batch for the plugin, one per request for @fastify/rate-limit. */
+  /** Script calls (FCALL, EVALSHA, EVAL): one per batch for the plugin, one per request for @fastify/rate-limit. */
   scriptCalls: number
   /** Decisions per script call (the mean batch size; 1 without coalescing). */
   decisionsPerCall: number
-  /** EVALSHA usec (INFO commandstats) ÷ decisions. */
+  /** Script-call usec (INFO commandstats: FCALL, EVALSHA, EVAL) ÷ decisions. */
   evalUsecPerDecision: number
-  /** redis.call per decision, from commandstats (commands other than EVALSHA ÷ decisions). */
+  /** redis.call per decision, from commandstats (commands other than the script calls ÷ decisions). */
   callsPerDecision: number
   /** Connections and warm-up this run used (the overload case fixes its own). */
   connections: number

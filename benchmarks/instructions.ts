@@ -12,7 +12,7 @@
  * Lua is judged.
  *
  * Per case: instructions of the whole server ÷ decisions (parsing, replies and
- * I/O too), those inside evalGenericCommand (the script's execution, what
+ * I/O too), those inside evalGenericCommand or fcallCommand (the script's execution, what
  * commandstats times) ÷ decisions, and for the default algorithm the functions
  * that spend them (self cost; Redis's static functions, the Lua VM's among
  * them, have no symbol in Debian's build and show as addresses).
@@ -35,6 +35,8 @@ const HERE = dirname(fileURLToPath(import.meta.url))
 const DECISIONS = 10_240
 /** maxBatch 1 sends each decision as its own call: fewer suffice. */
 const SINGLE_DECISIONS = 2_048
+/** About what an instance under load sends per call (autocannon, 50 connections: 12 per call). */
+const SMALL_BATCH = 16
 /** The script's entries in Redis 7: EVAL and EVALSHA go through the first, FCALL through the second. */
 const SCRIPT_ENTRIES = ['evalGenericCommand', 'fcallCommand']
 
@@ -146,6 +148,7 @@ async function main (): Promise<void> {
     const defaultDump = dumps.get(algorithms.findIndex((r) => r.algorithm === 'sliding-window'))
     // One decision per call: what a call costs before its first decision (a batch shares it).
     const single = args.only.includes('sliding-window') ? await algorithmBatches(server.url, SINGLE_DECISIONS, { meter, timeout: 30_000, only: ['sliding-window'], maxBatch: 1 }) : []
+    const small = args.only.includes('sliding-window') ? await algorithmBatches(server.url, SINGLE_DECISIONS, { meter, timeout: 30_000, only: ['sliding-window'], maxBatch: SMALL_BATCH }) : []
     const floorRows = args.floors ? await floors(server.url, DECISIONS, meter) : []
     const getSet = floorRows.find((r) => r.id === 'get-set-loop')
     const lines = [
@@ -155,10 +158,11 @@ async function main (): Promise<void> {
         `${DECISIONS.toLocaleString('en-US')} decisions per case, as benchmarks/batches.ts makes them (consume(), maxBatch 128, 10k keys already created; floors the same number of keys). ` +
         `Load average ${loadStart.toFixed(2)} at the start, ${loadAverage().toFixed(2)} at the end (instruction counts do not depend on it).`,
       '',
-      '| case | decisions per call | in the script (evalGenericCommand) per decision | whole server per decision | redis.call per decision | script × GET+SET loop |',
+      '| case | decisions per call | in the script (evalGenericCommand, fcallCommand) per decision | whole server per decision | redis.call per decision | script × GET+SET loop |',
       '| --- | ---: | ---: | ---: | ---: | ---: |',
       ...algorithms.map((r) => row(r.algorithm + (r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''), r, getSet)),
       ...single.map((r) => row(`${r.algorithm}, one decision per call (maxBatch 1)${r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''}`, r, getSet)),
+      ...small.map((r) => row(`${r.algorithm}, ${SMALL_BATCH} decisions per call (maxBatch ${SMALL_BATCH})${r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''}`, r, getSet)),
       ...floorRows.map((r) => row(`floor: ${r.label}`, r, getSet)),
       '',
       '## Where sliding-window\'s instructions go (self cost, whole server)',

@@ -99,7 +99,7 @@ const quotableCell = (row: Row): string => row.quotable === row.measured ? `${ro
 
 export function httpTable (rows: Row[]): string {
   const lines = [
-    '| configuration | req/s | × bare | × @fastify/rate-limit | p50 ms | p99 ms | Node CPU µs/req | Node µs over bare | Redis CPU µs/decision | EVALSHA µs/decision (cmdstat) | decisions/script call | redis.call/decision | Redis cmds/req | non-2xx+errors | server CPU % | load-gen CPU % | other CPU % | load 1m at start | load 1m at end | quotable runs |',
+    '| configuration | req/s | × bare | × @fastify/rate-limit | p50 ms | p99 ms | Node CPU µs/req | Node µs over bare | Redis CPU µs/decision | script µs/decision (FCALL, EVALSHA: cmdstat) | decisions/script call | redis.call/decision | Redis cmds/req | non-2xx+errors | server CPU % | load-gen CPU % | other CPU % | load 1m at start | load 1m at end | quotable runs |',
     '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
   ]
   for (const row of rows) {
@@ -222,7 +222,7 @@ export function httpSections (rows: Row[], results: RunResult[], info: HttpRunIn
       'A run that started above the load threshold, or stayed noisy, is not quotable ("quotable runs"; see Run conditions). ' +
       'Client keys are X-Forwarded-For addresses (trustProxy: 127.0.0.1): "10k keys" rotates 10,000 of them, "1 hot key" sends one. ' +
       'Node CPU is the server process\'s utime+stime (/proc) ÷ responses; Redis CPU is INFO cpu (sys+user) ÷ decisions (the plugin\'s allowed + limited counters; ' +
-      '@fastify/rate-limit: its EVALSHA calls); decisions/script call is decisions ÷ EVALSHA calls (the mean batch); redis.call/decision is the other commandstats calls ÷ decisions.',
+      '@fastify/rate-limit: its EVALSHA calls); decisions/script call is decisions ÷ script calls (the plugin\'s FCALLs, the peer\'s EVALSHAs: the mean batch); redis.call/decision is the other commandstats calls ÷ decisions.',
     '',
     httpTable(rows.filter((row) => !isOverload(row))),
     ''

@@ -4,9 +4,10 @@
 --
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for the whole batch)
 --   ARGV[2]   S, the number of distinct block specs in this batch, then S
---             specs of SPEC_STRIDE values: algorithm number, limit, windowMs,
---             burst, shadow ('1' = decided and recorded, never blocks), penalty
---             ('' or 'after:forMs:backoff:maxMs'), period ('' or a calendar
+--             specs of SPEC_STRIDE values: the spec's text (spec.lua:
+--             algorithm number, limit, windowMs, burst, shadow ('1' = decided
+--             and recorded, never blocks), penalty ('' or
+--             'after:forMs:backoff:maxMs')), period ('' or a calendar
 --             period's boundaries 'b0:b1:b2:b3', see lib/store/periods.ts: the
 --             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now)
 --   then per decision, in order, either
@@ -52,23 +53,31 @@ local function periodFn (fn, bounds, at)
   return function () error('now is outside the calendar periods sent') end, 1
 end
 
+-- The batch's specs by number. A library keeps these tables between calls (each
+-- call sets specs 1…S and reads no further): seven tables built per call cost
+-- more than a batch of sixteen straight decisions' driver (benchmarks/instructions.ts).
+local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
+-- A spec's number by its text as a decision sends it ('1', '2', …): a table read
+-- per decision instead of a tonumber (strtod); numbered up to the most specs seen.
+local specOf, numbered = {}, 0
+-- The reply, kept between calls by a library too: Redis replies with its values up
+-- to the first nil, which each call sets after its last; growing a fresh table to
+-- five values per decision cost as much again.
+local out = {}
+
 -- Per call from here (a Redis Functions library's batch function: lib/store/redis/library.ts).
 -- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
 local KEYS, ARGV = KEYS, ARGV
 local now = nowMs(ARGV[1])
 
 local specs = tonumber(ARGV[2])
-local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
--- A spec's number by its text as a decision sends it: a table read per decision instead of a tonumber (strtod)
-local specOf = {}
+for s = numbered + 1, specs do specOf[format('%d', s)] = s end
+if specs > numbered then numbered = specs end
 for s = 1, specs do
-  specOf[format('%d', s)] = s
   local b = 3 + (s - 1) * SPEC_STRIDE
-  sFn[s] = algorithm(tonumber(ARGV[b]))
-  sLimit[s], sWindow[s], sBurst[s] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  sShadow[s] = ARGV[b + 4] == '1'
-  sPenalty[s] = ARGV[b + 5]
-  if ARGV[b + 6] ~= '' then sFn[s], sWindow[s] = periodFn(sFn[s], ARGV[b + 6], now) end
+  local spec = blockSpec(ARGV[b])
+  sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s], sPenalty[s] = algorithm(spec[1]), spec[2], spec[3], spec[4], spec[5], spec[6]
+  if ARGV[b + 1] ~= '' then sFn[s], sWindow[s] = periodFn(sFn[s], ARGV[b + 1], now) end
 end
 
 -- Everything beyond the common case (several blocks, penalties, peeks,
@@ -86,7 +95,6 @@ local function paths ()
   return slowPaths
 end
 
-local out = {}
 local o = 0
 local at = 3 + specs * SPEC_STRIDE
 local k = 1
@@ -138,4 +146,5 @@ while at <= last do
     at = at + 3 + n * 2
   end
 end
+out[o + 1] = nil
 return out

@@ -1,5 +1,6 @@
 import type { RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun, Penalty } from '../store/port.js'
+import { specText } from '../store/redis/protocol.js'
 import type { CalendarPeriod } from '../store/periods.js'
 
 /** What every run of one block shares: fixed at compile time, whatever the limit. */
@@ -41,14 +42,14 @@ function localShare (spec: RunSpec, limit: number, burst: number): BlockRun['loc
   return { limit: share, windowMs, burst: Math.max(1, Math.floor(burst * share / limit)) }
 }
 
-/** The one builder of a BlockRun: script arguments and the local share (header strings are reply/'s). */
+/** The one builder of a BlockRun: its spec text for the scripts and the local share (header strings are reply/'s). */
 export function buildRun (spec: RunSpec, tier: string | undefined, limit: number, burst: number): BlockRun {
   const { algorithm, windowMs } = spec
   const run: BlockRun = {
     algorithm,
     algorithmNumber: spec.algorithmNumber,
     params: { limit, windowMs, burst },
-    scriptArgs: [String(limit), String(windowMs), String(burst)],
+    specText: specText(spec.algorithmNumber, { limit, windowMs, burst }, spec.shadow, spec.penalty),
     shadow: spec.shadow,
     tier,
     penalty: spec.penalty,

@@ -14,8 +14,8 @@ export interface BlockRun {
   /** 1-based position in ALGORITHMS (CONCURRENCY_NUMBER for slots): the scripts' algorithm number. */
   algorithmNumber: number
   params: BlockParams
-  /** limit, windowMs, burst as script arguments. */
-  scriptArgs: readonly [string, string, string]
+  /** The block as the Redis scripts read it, built once (redis/protocol.ts specText). */
+  specText: string
   /** Decided and recorded, never blocks the request. */
   shadow: boolean
   /** The tier this run applies to, or undefined when the block has no tiers. */

@@ -109,7 +109,7 @@ test('a changed source is a new library with new function names, loaded beside t
   await admin.call('FUNCTION', 'LOAD', changed.source)
   const again: unknown = await admin.call('FUNCTION', 'LOAD', current.source).then(() => undefined, (error: unknown) => error)
   t.ok(isLibraryLoaded(again), `a second load of the same version is "already exists" (${String(again)})`)
-  const args = ['1', 'v:{k}:0', '1900000000000', '1', String(ALGORITHMS.indexOf('fixed-window') + 1), '5', '60000', '5', '', '', '', '1']
+  const args = ['1', 'v:{k}:0', '1900000000000', '1', `${ALGORITHMS.indexOf('fixed-window') + 1}|5|60000|5||`, '', '1']
   t.same(await admin.call('FCALL', current.batch, ...args), await admin.call('FCALL', changed.batch, ...args.map((arg) => arg.replace('v:', 'w:'))), 'both versions answer')
   const missing: unknown = await admin.call('FCALL', 'frrl_000000000000_batch', '0').then(() => undefined, (error: unknown) => error)
   t.ok(isFunctionMissing(missing), `an unknown version's function is "Function not found" (${String(missing)})`)

@@ -17,7 +17,7 @@ const files = readSources()
 const sources = files.algorithms
 const scripts = loadScripts(files)
 /** The drivers and the prelude every script starts with, beside the algorithm files. */
-const SHARED = ['batch.lua', 'concurrency.lua', 'error-text.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua']
+const SHARED = ['batch.lua', 'concurrency.lua', 'error-text.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'spec.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
@@ -276,12 +276,14 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     const script = lone[i] as LoadedScript
     t.equal(await client.script('LOAD', script.source), script.sha, `${name} (lone): SCRIPT LOAD`)
     const key = `${prefix}:{lone-${name}}`
-    const reply = await client.evalsha(script.sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
+    // ARGV: the spec's text (algorithm|limit|windowMs|burst|shadow|penalty), cost, now ('' = Redis TIME)
+    const spec = `${i + 1}|5|1000|5||`
+    const reply = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
     t.equal(reply.length, 5, `${name} (lone): five numbers`)
     t.equal(reply[0], 1, `${name} (lone): admitted`)
     await client.del(key)
     await client.hset(key, 'not', 'a state')
-    const failed = await client.evalsha(script.sha, 1, key, 5, 1000, 5, 1, '') as unknown[]
+    const failed = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
     t.equal(failed[0], 0, `${name} (lone): a failing decision answers 0 …`)
     t.match(String(failed[1]), /WRONGTYPE/, `${name} (lone): … and the error text`)
     await client.del(key)
@@ -291,17 +293,17 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(await client.script('LOAD', script.source), script.sha, `${what}: SCRIPT LOAD`)
   }
   // One fixed-window block by the batch script's wire format: now 1500 (injected, so both calls share one window),
-  // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty, no period), then spec 1 (cost 1).
+  // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty; no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
-  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, 1, 5, 1000, 5, '', '', '', 1) as unknown[]
+  const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', 1) as unknown[]
   t.same(batch.slice(0, 2), [1, 4], 'batch: decision 1 ran and admitted, 4 left')
   t.equal(batch.length, 5, 'batch: five numbers')
-  const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, 1, 5, 1000, 5, '', '', '', -2, 1, 3) as unknown[]
+  const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', -2, 1, 3) as unknown[]
   t.same(costly.slice(0, 2), [1, 1], 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.
   const periodKey = `${prefix}:{period}`
-  const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, 1, 2, 1000, 2, '', '', '1000:5000:12000:20000', 1) as unknown[]
+  const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, '1|2|1000|2||', '1000:5000:12000:20000', 1) as unknown[]
   t.same(await at(4000), [1, 1, 1000, 0, 1000], 'the previous period [1000, 5000): 1 s to its end')
   t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')
   t.same(await at(5000), [1, 1, 7000, 0, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')

@@ -8,8 +8,9 @@ import { algorithmBuilder, batchDriver, loneCall, prelude, readSources, type Scr
  * (FUNCTION LOAD) and called by name (FCALL). A script's top level runs on
  * every call; a library's runs once per load, so the prelude, the algorithms'
  * closures (`algorithm(n)` keeps them between calls), errorText and periodFn
- * are built once, and a call runs only the part of batch.lua after its
- * "Per call from here" line. benchmarks/instructions.ts counts the difference.
+ * are built once, each block spec is parsed once (spec.lua), and a call runs
+ * only the part of batch.lua after its "Per call from here" line.
+ * benchmarks/instructions.ts counts the difference.
  *
  * The library's name carries a hash of its source, and so do its functions'
  * names (Redis keeps function names unique across libraries): during a rolling
@@ -56,6 +57,7 @@ ${beforeBinding}local ${names}
 ${afterBinding}
 ${algorithmBuilder(sources)}
 ${sources.errorText}
+${sources.spec}
 ${driverTop}
 ${register(fn('batch'), bind, driverCall)}
 ${ALGORITHMS.map((name, i) => `-- one ${name} decision\n${register(fn(`lone${i + 1}`), bind, loneCall(`algorithm(${i + 1})`))}`).join('\n')}`

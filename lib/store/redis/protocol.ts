@@ -5,12 +5,12 @@ import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
  * adjustment sends (keys and its ARGV segment), how the calls of one batch are
- * framed into one EVALSHA, and how its reply is split and read. The Lua side
+ * framed into one call, and how its reply is split and read. The Lua side
  * is scripts/batch.lua (layout in its header comment).
  *
- * ARGV layout, modes and reply layout belong to one instance's script SHA
- * (DESIGN.md, "Rolling deploys"): an instance only ever calls the script it
- * loaded, so they may change with a release. What old and new instances share
+ * ARGV layout, modes and reply layout belong to one instance's script SHA and
+ * library version (DESIGN.md, "Rolling deploys"): an instance only ever calls
+ * the script or function it loaded, so they may change with a release. What old and new instances share
  * is the key names and the state stored under them (keys/layout.ts).
  */
 
@@ -31,8 +31,8 @@ export const SCRIPT_MODE = {
 /** Values per block in the multi script's ARGV (after the two leading ones). */
 export const MULTI_STRIDE = 6
 
-/** Values per block spec in a batch: algorithm number, limit, windowMs, burst, shadow, penalty, period. */
-export const SPEC_STRIDE = 7
+/** Values per block spec in a batch: its text (specText), its period ('' or the boundaries). */
+export const SPEC_STRIDE = 2
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
@@ -99,7 +99,16 @@ export function adjustCall (entries: readonly Adjustment[], resolve: Settlement[
   return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), replyLength: entries.length, idempotent: onlySlots(entries), resolve, reject }
 }
 
-/** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values appended once. */
+/**
+ * A block as the scripts read it (scripts/spec.lua), one argument parsed once
+ * per library load: 'algorithm|limit|windowMs|burst|shadow|penalty'. Built
+ * with the run (policy/run.ts), not per request.
+ */
+export function specText (algorithmNumber: number, params: BlockRun['params'], shadow: boolean, penalty: BlockRun['penalty']): string {
+  return `${algorithmNumber}|${params.limit}|${params.windowMs}|${params.burst}|${shadow ? '1' : ''}|${penalty?.arg ?? ''}`
+}
+
+/** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values (text, period) appended once. */
 class SpecTable {
   readonly values: Array<string | number> = []
   readonly #index = new Map<BlockRun, number>()
@@ -113,7 +122,7 @@ class SpecTable {
     if (index === undefined) {
       index = this.#index.size + 1
       this.#index.set(run, index)
-      this.values.push(run.algorithmNumber, run.scriptArgs[0], run.scriptArgs[1], run.scriptArgs[2], run.shadow ? '1' : '', run.penalty?.arg ?? '', run.period?.arg() ?? '')
+      this.values.push(run.specText, run.period?.arg() ?? '')
     }
     return index
   }
@@ -179,8 +188,8 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
 /**
  * A batch of one straight decision (one block, charged, no penalty, period or
  * slot) as its algorithm's lone script takes it (scripts.ts loadLoneScripts):
- * the algorithm number and the arguments after the SHA (key count, key, limit,
- * windowMs, burst, cost, now). Its reply is laid out as the batch script's
+ * the algorithm number and the arguments after the name or SHA (key count,
+ * key, spec text, cost, now). Its reply is laid out as the batch script's
  * (splitBatchReply reads both). Undefined for any other batch.
  */
 export function frameLone (calls: readonly EncodedCall[], now: number | undefined): { algorithmNumber: number, args: Array<string | number> } | undefined {
@@ -189,8 +198,7 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
   const run = straightRun(call)
   // The lone scripts take no calendar period (batch.lua's periodFn). A straight run is a decision's.
   if (run === undefined || run.period !== undefined || call.kind !== 'decide') return undefined
-  const [limit, windowMs, burst] = run.scriptArgs
-  return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, limit, windowMs, burst, call.costs[0] as number, now === undefined ? '' : String(now)] }
+  return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, run.specText, call.costs[0] as number, now === undefined ? '' : String(now)] }
 }
 
 /**

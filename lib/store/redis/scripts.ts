@@ -33,6 +33,8 @@ export interface ScriptSources {
   paths: string
   /** A failed decision's reply text, for the batch and lone scripts. */
   errorText: string
+  /** A block spec's text, parsed once (the batch and lone scripts). */
+  spec: string
   batch: string
 }
 
@@ -47,7 +49,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), errorText: readLua('error-text'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), errorText: readLua('error-text'), spec: readLua('spec'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -102,12 +104,13 @@ return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 `
 
 /**
- * A lone decision's call: `fn` (an algorithm's function) on ARGV as numbers,
- * replying as the batch script's straight decision does: five values, or 0
- * and the error text.
+ * A lone decision's call: `fn` (an algorithm's function) on its spec's numbers
+ * (ARGV[1], spec.lua), the cost ('1' read without strtod) and now, replying as
+ * the batch script's straight decision does: five values, or 0 and the error text.
  */
 export function loneCall (fn: string): string {
-  return `local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), 0)
+  return `local spec, cost = blockSpec(ARGV[1]), ARGV[2]
+local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), nowMs(ARGV[3]), 0)
 if ok then return { a, r, reset, retry, nextMs } end
 return { 0, errorText(a) }
 `
@@ -116,7 +119,8 @@ return { 0, errorText(a) }
 /**
  * The store's script for a call of one straight decision (one block, charged,
  * no penalty, period or slot), per algorithm in ALGORITHMS order: KEYS[1] =
- * state key; ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME).
+ * state key; ARGV = the block's spec text (protocol.ts specText), cost, now
+ * ('' = Redis TIME).
  * Under light load most calls hold one decision, and this script costs Redis
  * about a third less than the batch script's driver for it
  * (benchmarks/instructions.ts).
@@ -125,6 +129,7 @@ export function loadLoneScripts (sources: ScriptSources = readSources()): Loaded
   return ALGORITHMS.map((name) => loaded(`${header(`${name}, one decision`, sources)}
 ${algorithmLocal('algorithm', name, sources.algorithms[name])}
 ${sources.errorText}
+${sources.spec}
 ${loneCall('algorithm')}`))
 }
 
@@ -161,5 +166,6 @@ export function buildBatchScript (sources: ScriptSources = readSources()): Loade
   return loaded(`${header('batch driver', sources)}
 ${algorithmBuilder(sources)}
 ${sources.errorText}
+${sources.spec}
 ${batchDriver(sources)}`)
 }

@@ -15,6 +15,7 @@ import { commandDelta, commandStats, redisCpuSeconds } from './common.js'
  * RedisStore's command), one EVALSHA per decision in a pipeline of 512.
  * Script µs is commandstats usec of FCALL, EVALSHA and EVAL ÷ decisions (script execution alone);
  * Redis CPU is INFO cpu (user + sys) ÷ decisions (parsing and replies too).
+ * Every case runs once per round (BATCH_ROUNDS), and each figure is the median.
  */
 
 export const FULL_BATCH = 128
@@ -41,7 +42,7 @@ export interface BatchFigures {
 
 export interface AlgorithmBatch extends BatchFigures { algorithm: AlgorithmName, allowed: number, degraded: number }
 export interface FloorBatch extends BatchFigures { id: FloorId, label: string }
-export interface BatchBench { algorithms: AlgorithmBatch[], floors: FloorBatch[] }
+export interface BatchBench { algorithms: AlgorithmBatch[], floors: FloorBatch[], rounds?: number }
 
 /** What Redis spent on `work`, which takes `decisions` decisions. */
 export type Meter = (decisions: number, work: () => Promise<void>) => Promise<BatchFigures>
@@ -150,10 +151,36 @@ export async function floors (url: string, count: number, meter: Meter): Promise
   }
 }
 
-/** Every algorithm in full batches, then the floors; `count` decisions each (a multiple of 512 keeps every call full). */
-export async function runBatchBench (url: string, admin: Redis, count: number): Promise<BatchBench> {
+/** Rounds the batch benchmark takes by default: this VM's speed drifts by up to 1.6× within minutes, so one pass of each case compares cases measured at different speeds. */
+export const BATCH_ROUNDS = 3
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((x, y) => x - y)
+  return sorted[Math.floor(sorted.length / 2)] as number
+}
+
+/** Each timed figure the median of its rounds (the counts are the same in every round). */
+function medianOf<T extends BatchFigures> (rows: T[]): T {
+  const first = rows[0] as T
+  return { ...first, evalUsPerDecision: median(rows.map((row) => row.evalUsPerDecision)), redisCpuUsPerDecision: median(rows.map((row) => row.redisCpuUsPerDecision)) }
+}
+
+/**
+ * Every algorithm in full batches, then the floors, `rounds` times (each case
+ * in every round, so every case sees the machine's fast and slow moments), each
+ * figure the median of its rounds; `count` decisions each (a multiple of 512
+ * keeps every call full).
+ */
+export async function runBatchBench (url: string, admin: Redis, count: number, rounds = BATCH_ROUNDS): Promise<BatchBench> {
   const meter = commandMeter(admin)
-  return { algorithms: await algorithmBatches(url, count, { meter }), floors: await floors(url, count, meter) }
+  const passes: BatchBench[] = []
+  for (let round = 0; round < rounds; round++) passes.push({ algorithms: await algorithmBatches(url, count, { meter }), floors: await floors(url, count, meter) })
+  const first = passes[0] as BatchBench
+  return {
+    rounds,
+    algorithms: first.algorithms.map((_row, i) => medianOf(passes.map((pass) => pass.algorithms[i] as AlgorithmBatch))),
+    floors: first.floors.map((_row, i) => medianOf(passes.map((pass) => pass.floors[i] as FloorBatch)))
+  }
 }
 
 const f = (value: number, digits = 2): string => Number.isFinite(value) ? value.toFixed(digits) : '–'
@@ -167,7 +194,7 @@ export function batchMarkdown (bench: BatchBench): string {
   const lines = [
     '## Scripts in full batches, beside their floors (same server, same run)',
     '',
-    `Per algorithm, ${count.toLocaleString('en-US')} decisions through \`fastify.rateLimit.consume()\` over 10k keys (already created), maxBatch ${FULL_BATCH}, ${PER_TURN} started per event-loop turn; ` +
+    `Medians of ${bench.rounds ?? 1} round(s), every case in each. Per algorithm, ${count.toLocaleString('en-US')} decisions through \`fastify.rateLimit.consume()\` over 10k keys (already created), maxBatch ${FULL_BATCH}, ${PER_TURN} started per event-loop turn; ` +
       'per floor the same number of keys. Script µs is INFO commandstats usec of FCALL, EVALSHA and EVAL ÷ decisions (script execution only; the plugin calls its library by FCALL, the floors are EVALSHA); Redis CPU is INFO cpu user + sys ÷ decisions (parsing, replies, I/O too); ' +
       'the ×-columns divide script µs by the floor\'s, and the last column Redis CPU by @fastify/rate-limit\'s.',
     '',

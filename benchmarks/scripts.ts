@@ -19,7 +19,7 @@ import { DECISION_STRIDE } from '../lib/store/redis/protocol.js'
 import { loadScripts } from '../lib/store/redis/scripts.js'
 import { clientIp, KEYS_10K } from './configs.js'
 import { commandStats, parseInfo, redisCpuSeconds, type BenchRedis } from './common.js'
-import { batchMarkdown, runBatchBench, type BatchBench } from './batches.js'
+import { BATCH_ROUNDS, batchMarkdown, runBatchBench, type BatchBench } from './batches.js'
 
 const SUFFIX: Record<AlgorithmName, string> = { 'fixed-window': 'FW', 'sliding-window': 'SW', 'sliding-log': 'sl', 'token-bucket': 'TB', gcra: 'GC' }
 
@@ -153,7 +153,7 @@ export async function runScriptBench (redis: BenchRedis, options: { quick: boole
   try {
     await admin.flushall()
     // Multiples of 512 decisions: every call a full batch of 128.
-    batches = await runBatchBench(redis.url, admin, options.quick ? 10_240 : 102_400)
+    batches = await runBatchBench(redis.url, admin, options.quick ? 10_240 : 102_400, options.quick ? 1 : BATCH_ROUNDS)
     await admin.flushall()
     const floorSha = await loadSha(client, 'return 1')
     const floor = await measurePath(client, admin, floorSha, ['k'], [], count, Number.NaN)

@@ -171,6 +171,20 @@ test('a Redis that refuses FUNCTION: decisions go by EVALSHA, and NOSCRIPT after
   t.equal((await readState(admin, key as string))?.[1], 53, 'every decision counted exactly once')
 })
 
+test('FCALL refused after ready() (an ACL changed): the call is sent again as EVAL, and later ones go by EVALSHA', async (t) => {
+  const { app, admin } = await setup(t)
+  await burst(app, 1, '/count', () => 'c')
+  await admin.call('ACL', 'SETUSER', 'default', '-fcall')
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200, 'the refused FCALL was answered by an EVAL')
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.equal(app.rateLimit.stats().degraded, 0)
+  const rejected = Number(/cmdstat_fcall:[^\r\n]*rejected_calls=(\d+)/.exec(await admin.info('commandstats'))?.[1] ?? 0)
+  t.equal(rejected, 1, 'one FCALL refused (NOPERM)')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 1, eval: 1 }, 'then one EVAL, then EVALSHA')
+  const [key] = await admin.keys('co:{GET:/count|*')
+  t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
+})
+
 test('a batch whose reply is lost is counted once, even by a client that resends unanswered commands', async (t) => {
   const server = await startServer([], { label: 'coalesce-lost' })
   const proxy = await startProxy(server.port)

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, frameLone, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
 import type { ScriptRoute } from './script-route.js'
-import { isFunctionMissing, isNoScript, type ClientPort } from './client/port.js'
+import { isFcallRefused, isFunctionMissing, isNoScript, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
 import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
 
@@ -268,8 +268,9 @@ export class Dispatcher {
     if (this.#client.isServerError(error)) call.progress.lastAt = performance.now()
     if (call.settled) return
     // An abandoned call is never retried: its decisions were already answered.
-    if (!call.timedOut && call.op !== 'eval' && (isFunctionMissing(error) || isNoScript(error))) {
-      if (call.op === 'fcall') this.#route.reload()
+    if (!call.timedOut && call.op !== 'eval' && (isFunctionMissing(error) || isNoScript(error) || isFcallRefused(error))) {
+      if (isFcallRefused(error)) this.#route.refuse(error)
+      else if (call.op === 'fcall') this.#route.reload()
       call.current = this.#client.script('eval', this.#route.script(call.script).source, call.args)
       call.op = 'eval'
       this.#listen(call)

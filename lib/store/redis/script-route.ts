@@ -10,10 +10,12 @@ import type { DebugLog } from '../port.js'
  * service that disables it); then by EVALSHA of the scripts (scripts.ts),
  * loaded instead. Both are assembled from the same Lua files and decide alike.
  *
- * A call that meets "Function not found" (a restart without persistence,
- * FUNCTION FLUSH, a Cluster master added since) has run nothing: the
- * dispatcher sends it again as EVAL of the same script, and asks for the
- * library to be loaded again on every master, one load at a time.
+ * An FCALL refused as a command (NOPERM, unknown command) turns functions
+ * off the same way. A call that meets "Function not found" (a restart
+ * without persistence, FUNCTION FLUSH, a Cluster master added since) asks
+ * for the library to be loaded again on every master, one load at a time.
+ * Either call has run nothing: the dispatcher sends it again as EVAL of the
+ * same script.
  */
 
 /** Script numbers: 0 is the batch script, n (1…) the lone decision of algorithm n. */
@@ -72,9 +74,19 @@ export class ScriptRoute {
         if (!isLibraryLoaded(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${(error as Error).message}`
       }
     }))
-    if (refused === undefined) return
+    if (refused !== undefined) await this.#useScripts(masters, `FUNCTION LOAD refused (${refused})`)
+  }
+
+  /** FCALL itself was refused (an ACL changed since ready(), a proxy): EVALSHA from now on. */
+  refuse (error: unknown): void {
+    if (!this.#functions) return
     this.#functions = false
-    this.#log?.debug({ cause: refused }, 'rate limit: FUNCTION LOAD refused, decisions go by EVALSHA')
+    this.#client.masters().then(async (masters) => { await this.#useScripts(masters, `FCALL refused (${(error as Error).message})`) }).catch(() => {})
+  }
+
+  async #useScripts (masters: readonly MasterPort[], cause: string): Promise<void> {
+    this.#functions = false
+    this.#log?.debug({ cause }, 'rate limit: Redis Functions refused, decisions go by EVALSHA')
     await Promise.all(masters.flatMap((node) => this.scripts.map(async ({ source }) => { await node.scriptLoad(source) }))).catch(() => {})
   }
 

@@ -74,6 +74,11 @@ export function isFunctionMissing (error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('ERR Function not found')
 }
 
+/** FCALL refused as a command (an ACL without it, a proxy that does not know it): nothing ran. */
+export function isFcallRefused (error: unknown): boolean {
+  return error instanceof Error && /^(NOPERM .*'fcall'|ERR unknown command 'fcall')/i.test(error.message)
+}
+
 /** FUNCTION LOAD of a library this master already holds: the same name is the same source. */
 export function isLibraryLoaded (error: unknown): boolean {
   return error instanceof Error && /^ERR Library '[^']+' already exists/.test(error.message)

@@ -10,7 +10,7 @@
 import { test } from 'tap'
 import fc from 'fast-check'
 import { ALGORITHMS } from '../../lib/store/algorithms.js'
-import { adjustCall, decideCall, frameBatch, frameLone, type EncodedCall } from '../../lib/store/redis/protocol.js'
+import { adjustCall, decideCall, frameBatch, frameLone, splitBatchReply, type EncodedCall } from '../../lib/store/redis/protocol.js'
 import { buildBatchScript, loadLoneScripts, readSources } from '../../lib/store/redis/scripts.js'
 import { buildLibrary } from '../../lib/store/redis/library.js'
 import { isFunctionMissing, isLibraryLoaded } from '../../lib/store/redis/client/port.js'
@@ -119,4 +119,24 @@ test('a changed source is a new library with new function names, loaded beside t
   t.same(await admin.call('FCALL', current.batch, ...args), await admin.call('FCALL', changed.batch, ...args.map((arg) => arg.replace('v:', 'w:'))), 'both versions answer')
   const missing: unknown = await admin.call('FCALL', 'frrl_000000000000_batch', '0').then(() => undefined, (error: unknown) => error)
   t.ok(isFunctionMissing(missing), `an unknown version's function is "Function not found" (${String(missing)})`)
+})
+
+test('splitBatchReply reads the compact reply: five values per block, an error text fails its call alone, any other layout fails every call', async (t) => {
+  const { admin } = await privateRedis(t)
+  const library = buildLibrary()
+  await admin.call('FUNCTION', 'LOAD', library.source)
+  const run = testRun({ algorithm: 'fixed-window', limit: 1, windowMs: 60_000, shadow: false })
+  const calls = ['s:{k}:1', 's:{k}:1', 's:{k}:bad'].map((key) => decideCall({ runs: [run], keys: [key], costs: [1] }, 'charge', noop, noop))
+  await admin.hset('s:{k}:bad', 'not', 'a state')
+  const now = 1_900_000_000_000
+  const reply = await admin.call('FCALL', library.batch, ...frameBatch(calls, now).map(String))
+  const [admitted, refused, failed] = splitBatchReply(calls, reply)
+  t.same(admitted, [1, 0, 20_000, 0, 20_000], 'admitted: allowed, remaining, resetMs, retryAfterMs 0 (not sent), nextMs')
+  t.same(refused, [0, 0, 20_000, 20_000, 20_000], 'refused: its retryAfterMs sent')
+  t.ok(failed instanceof Error && (failed as { code?: string }).code === 'FST_RRL_SCRIPT_ERROR' && /WRONGTYPE/.test(failed.message), `the bad key's decision alone failed (${String(failed)})`)
+  for (const source of ['return { 7, 1, 2 }', "return { 5, 'x', 1 }", 'return { 5, 1 }']) {
+    const other = await admin.eval(source, 0)
+    const split = splitBatchReply(calls.slice(0, 2), other)
+    t.ok(split.every((r) => r instanceof Error && (r as { code?: string }).code === 'FST_RRL_BAD_SCRIPT_REPLY'), `${source}: every call fails as a bad reply`)
+  }
 })

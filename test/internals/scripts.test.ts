@@ -270,7 +270,8 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(reply[0], 1, `${name}: admitted`)
     await client.del(key)
   }
-  // A lone decision's script: the batch script's straight reply (five integers, or 0 and the error text).
+  // A lone decision's script: the batch script's straight reply (batch.lua: remaining * 4 + allowed, resetMs,
+  // retryAfterMs unless admitted, nextMs), or the error text alone.
   const lone = loadLoneScripts()
   for (const [i, name] of ALGORITHMS.entries()) {
     const script = lone[i] as LoadedScript
@@ -279,13 +280,13 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     // ARGV: the spec's text (algorithm|limit|windowMs|burst|shadow|penalty), cost, now ('' = Redis TIME)
     const spec = `${i + 1}|5|1000|5||`
     const reply = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.equal(reply.length, 5, `${name} (lone): five numbers`)
-    t.equal(reply[0], 1, `${name} (lone): admitted`)
+    t.equal(reply.length, 3, `${name} (lone): three numbers when admitted`)
+    t.equal(reply[0], 4 * 4 + 1, `${name} (lone): admitted, 4 left`)
     await client.del(key)
     await client.hset(key, 'not', 'a state')
     const failed = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.equal(failed[0], 0, `${name} (lone): a failing decision answers 0 …`)
-    t.match(String(failed[1]), /WRONGTYPE/, `${name} (lone): … and the error text`)
+    t.equal(failed.length, 1, `${name} (lone): a failing decision answers one value …`)
+    t.match(String(failed[0]), /WRONGTYPE/, `${name} (lone): … the error text`)
     await client.del(key)
   }
   for (const [what, script] of [['batch', buildBatchScript()], ['multi', buildMultiScript()]] as const) {
@@ -296,22 +297,23 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty; no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
   const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', 1) as unknown[]
-  t.same(batch.slice(0, 2), [1, 4], 'batch: decision 1 ran and admitted, 4 left')
-  t.equal(batch.length, 5, 'batch: five numbers')
+  t.equal(batch[0], 4 * 4 + 1, 'batch: decision 1 ran and admitted, 4 left')
+  t.equal(batch.length, 3, 'batch: three numbers for an admitted block')
   const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', -2, 1, 3) as unknown[]
-  t.same(costly.slice(0, 2), [1, 1], 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
+  t.equal(costly[0], 1 * 4 + 1, 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.
   const periodKey = `${prefix}:{period}`
   const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, '1|2|1000|2||', '1000:5000:12000:20000', 1) as unknown[]
-  t.same(await at(4000), [1, 1, 1000, 0, 1000], 'the previous period [1000, 5000): 1 s to its end')
+  // Per block: remaining * 4 + allowed, resetMs, retryAfterMs unless admitted, nextMs.
+  t.same(await at(4000), [1 * 4 + 1, 1000, 1000], 'the previous period [1000, 5000): 1 s to its end')
   t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')
-  t.same(await at(5000), [1, 1, 7000, 0, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
-  t.same(await at(19_000), [1, 1, 1000, 0, 1000], 'the next period [12000, 20000)')
-  t.same(await at(19_500), [1, 0, 500, 0, 500])
-  t.same(await at(19_600), [0, 0, 400, 400, 400], 'refused until the next period\'s end')
+  t.same(await at(5000), [1 * 4 + 1, 7000, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
+  t.same(await at(19_000), [1 * 4 + 1, 1000, 1000], 'the next period [12000, 20000)')
+  t.same(await at(19_500), [0 * 4 + 1, 500, 500])
+  t.same(await at(19_600), [0 * 4 + 0, 400, 400, 400], 'refused until the next period\'s end: four values')
   const outside = await at(20_000)
-  t.equal(outside[0], 0, 'beyond the periods sent: that decision fails, alone')
-  t.match(String(outside[1]), /now is outside the calendar periods sent/)
+  t.equal(outside.length, 1, 'beyond the periods sent: that decision fails, alone')
+  t.match(String(outside[0]), /now is outside the calendar periods sent/)
   await client.del(periodKey)
 })

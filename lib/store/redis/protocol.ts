@@ -47,8 +47,6 @@ export interface DecisionCall extends StoreRequest {
   keys: readonly string[]
   /** The decision's mode argument: '' charge, '1' peek. */
   mode: string
-  /** Integers in this call's reply: DECISION_STRIDE per block. */
-  replyLength: number
 }
 
 /** Adjustments (Store.adjust) as the batch script takes them: one key per entry, one integer per entry in the reply. */
@@ -91,7 +89,7 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
  * (one object literal per request: spreading a call into a job cost 2 µs).
  */
 export function decideCall (request: StoreRequest, mode: DecideMode, resolve: Settlement['resolve'], reject: Settlement['reject']): DecisionCall & Settlement {
-  return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], replyLength: request.runs.length * DECISION_STRIDE, resolve, reject }
+  return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], resolve, reject }
 }
 
 /** Store.adjust's entries, in one call (every key in one slot), with what it answers to. */
@@ -202,27 +200,51 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
 }
 
 /**
- * Splits a batch reply among its calls, its values (numbers) or `0, error
- * text` each: per call its values, or the error it failed with.
+ * A decision's blocks from list[at] on, as the scripts send them (batch.lua:
+ * `remaining * 4 + allowed`, resetMs, retryAfterMs unless allowed is 1,
+ * nextMs), into DECISION_STRIDE values each; the position after them, or -1
+ * when the reply is not laid out so.
+ */
+function readBlocks (list: readonly unknown[], at: number, blocks: number, values: number[]): number {
+  for (let b = 0; b < blocks; b++) {
+    const head = list[at]
+    if (!Number.isInteger(head) || (head as number) < 0 || (head as number) % 4 === 3) return -1
+    const allowed = (head as number) % 4
+    const width = allowed === 1 ? 3 : 4
+    for (let i = 1; i < width; i++) if (typeof list[at + i] !== 'number') return -1
+    values.push(allowed, ((head as number) - allowed) / 4, list[at + 1] as number, allowed === 1 ? 0 : list[at + 2] as number, list[at + width - 1] as number)
+    at += width
+  }
+  return at
+}
+
+/**
+ * Splits a batch reply among its calls, its values or its error text alone
+ * each: per call its values (DECISION_STRIDE per block for a decision, one per
+ * entry for adjustments), or the error it failed with.
  */
 export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): Array<number[] | Error> {
   const out: Array<number[] | Error> = []
   const list = Array.isArray(reply) ? reply as unknown[] : []
   let at = 0
   for (const call of calls) {
-    if (list[at] === 0 && typeof list[at + 1] === 'string') {
-      out.push(new FST_RRL_SCRIPT_ERROR(list[at + 1] as string))
-      at += 2
+    if (typeof list[at] === 'string') {
+      out.push(new FST_RRL_SCRIPT_ERROR(list[at] as string))
+      at += 1
       continue
     }
-    const values = list.slice(at, at + call.replyLength)
-    if (values.length !== call.replyLength || !values.every((value) => typeof value === 'number')) {
+    const values: number[] = []
+    if (call.kind === 'decide') at = readBlocks(list, at, call.runs.length, values)
+    else {
+      for (let i = 0; i < call.replyLength; i++) values.push(list[at + i] as number)
+      at = values.every((value) => typeof value === 'number') ? at + call.replyLength : -1
+    }
+    if (at < 0) {
       // The rest cannot be located either.
       while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
       return out
     }
-    out.push(values as number[])
-    at += call.replyLength
+    out.push(values)
   }
   return out
 }

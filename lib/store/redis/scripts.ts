@@ -106,13 +106,15 @@ return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 /**
  * A lone decision's call: `fn` (an algorithm's function) on its spec's numbers
  * (ARGV[1], spec.lua), the cost ('1' read without strtod) and now, replying as
- * the batch script's straight decision does: five values, or 0 and the error text.
+ * the batch script's straight decision does (batch.lua: three or four values),
+ * or the error text alone.
  */
 export function loneCall (fn: string): string {
   return `local spec, cost = blockSpec(ARGV[1]), ARGV[2]
 local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), nowMs(ARGV[3]), 0)
-if ok then return { a, r, reset, retry, nextMs } end
-return { 0, errorText(a) }
+if not ok then return { errorText(a) } end
+if a == 1 then return { r * 4 + 1, reset, nextMs } end
+return { r * 4 + a, reset, retry, nextMs }
 `
 }
 

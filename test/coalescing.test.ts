@@ -171,6 +171,25 @@ test('a Redis that refuses FUNCTION: decisions go by EVALSHA, and NOSCRIPT after
   t.equal((await readState(admin, key as string))?.[1], 53, 'every decision counted exactly once')
 })
 
+test('FUNCTION LOAD refused for a while (OOM at ready()): functions stay on, and the first call loads the library once memory is free', async (t) => {
+  const server = await startServer(['--maxmemory', '3mb', '--maxmemory-policy', 'noeviction'], { label: 'coalesce-oom' })
+  const filler = createClient(server)
+  t.teardown(() => { filler.disconnect() })
+  let oom = ''
+  for (let i = 0; oom === '' && i < 1000; i++) {
+    try { await filler.set(`filler:${i}`, 'x'.repeat(64 * 1024)) } catch (error) { oom = (error as Error).message }
+  }
+  t.match(oom, /^OOM/, 'the server is full')
+  const { app, admin } = await setup(t, {}, undefined, server)
+  t.match(await admin.info('commandstats'), /cmdstat_function\|load:calls=0,[^\r\n]*rejected_calls=1/, 'ready() met OOM on FUNCTION LOAD')
+  await filler.flushall()
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.ok(await libraryLoaded(admin), 'the library was loaded behind the first call')
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.same(await scriptCommands(admin), { fcall: 2, evalsha: 0, eval: 1 }, '"Function not found" once, answered by EVAL; then FCALL: the route never left functions')
+  t.equal(app.rateLimit.stats().degraded, 0)
+})
+
 test('FCALL refused after ready() (an ACL changed): the call is sent again as EVAL, and later ones go by EVALSHA', async (t) => {
   const { app, admin } = await setup(t)
   await burst(app, 1, '/count', () => 'c')

@@ -1,6 +1,6 @@
 import type { FunctionLibrary } from './library.js'
 import type { LoadedScript } from './scripts.js'
-import { isLibraryLoaded, type ClientPort, type MasterPort } from './client/port.js'
+import { isLibraryLoaded, isTransientRefusal, type ClientPort, type MasterPort } from './client/port.js'
 import type { DebugLog } from '../port.js'
 
 /*
@@ -60,9 +60,10 @@ export class ScriptRoute {
 
   /**
    * Loads the library on every master. A master that answers FUNCTION LOAD
-   * with an error (other than "already exists") turns functions off for good:
-   * the scripts are loaded instead. A master that cannot be reached leaves
-   * functions on: its calls meet "Function not found" and load it then.
+   * with an error (other than "already exists", or one that says "not now":
+   * LOADING, OOM…) turns functions off for good: the scripts are loaded
+   * instead. A master that cannot be reached or is not ready leaves functions
+   * on: its calls meet "Function not found" and load it then.
    */
   async load (masters: readonly MasterPort[], log?: DebugLog): Promise<void> {
     this.#log ??= log
@@ -71,7 +72,7 @@ export class ScriptRoute {
       try {
         await node.functionLoad(this.#library.source)
       } catch (error) {
-        if (!isLibraryLoaded(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${(error as Error).message}`
+        if (!isLibraryLoaded(error) && !isTransientRefusal(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${(error as Error).message}`
       }
     }))
     if (refused !== undefined) await this.#useScripts(masters, `FUNCTION LOAD refused (${refused})`)

@@ -7,7 +7,8 @@ import { buildBatchScript, loadLoneScripts, type LoadedScript } from '../lib/sto
 import { buildLibrary } from '../lib/store/redis/library.js'
 import { buildApp } from './helpers/app.js'
 import { createClient, readState, scriptCalls } from './helpers/redis.js'
-import { adminClient, pluginClient, startProxy, startServer, type ManagedServer } from './helpers/topologies.js'
+import { adminClient, pluginClient, startProxy, startServer, waitFor, type ManagedServer } from './helpers/topologies.js'
+import { freePort } from './helpers/processes.js'
 
 /*
  * Coalesced decisions, counted on a private redis-server (INFO commandstats):
@@ -190,6 +191,28 @@ test('FUNCTION LOAD refused for a while (OOM at ready()): functions stay on, and
   t.equal(app.rateLimit.stats().degraded, 0)
 })
 
+test('Redis absent at ready(), then one that refuses FUNCTION: the route change is logged once, decisions go by EVALSHA', async (t) => {
+  const port = await freePort()
+  const redis = pluginClient('recommended', port)
+  const lines: Array<{ level: number, msg: string, cause?: string }> = []
+  const app = await buildApp({ redis, prefix: 'co', denyCache: false, user: (req) => req.headers['x-user'] as string | undefined }, { logger: { level: 'debug', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  app.get('/count', { config: { rateLimit: { algorithm: 'fixed-window', limit: 1_000_000, window: '1h', by: 'user' } } }, async () => 'ok')
+  await app.ready()
+  const server = await startServer(['--rename-command', 'FUNCTION', ''], { port, label: 'coalesce-late' })
+  const admin = adminClient(port)
+  t.teardown(async () => { await app.close(); redis.disconnect(); admin.disconnect(); await server.stop() })
+  await waitFor('plugin client ready', () => redis.status === 'ready', 8000, 5)
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  const refusal = (): typeof lines => lines.filter((line) => line.msg.includes('Redis Functions refused'))
+  await waitFor('the refusal logged', () => refusal().length > 0, 2000, 5)
+  t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
+  t.equal(refusal().length, 1, 'one debug line')
+  t.match(refusal()[0]?.cause, /unknown command 'FUNCTION'/)
+  t.notMatch(refusal()[0]?.cause, /args beginning|#!lua/, 'without the Lua Redis quotes after the error')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 1, eval: 1 }, '"Function not found", one EVAL, then EVALSHA')
+  t.equal(app.rateLimit.stats().degraded, 0)
+})
+
 test('FCALL refused after ready() (an ACL changed): the call is sent again as EVAL, and later ones go by EVALSHA', async (t) => {
   const { app, admin } = await setup(t)
   await burst(app, 1, '/count', () => 'c')
@@ -203,6 +226,32 @@ test('FCALL refused after ready() (an ACL changed): the call is sent again as EV
   const [key] = await admin.keys('co:{GET:/count|*')
   t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
 })
+
+/** The commands docs/operations.md ("ACL") says the plugin's user needs, beside the route's script commands. */
+const ACL_DATA = '+time +get +set +del +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +hgetall +hset +hdel'
+
+for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], ['EVALSHA', '+evalsha +script|load +eval']] as const) {
+  test(`an ACL user with exactly the documented commands (${route} route): every algorithm decides, and a flushed library or script cache degrades nothing`, async (t) => {
+    const server = await startServer([], { label: `coalesce-acl-${route}` })
+    const admin = adminClient(server.port)
+    // ioredis's ready check sends INFO; the rest is what docs/operations.md lists.
+    await admin.call('ACL', 'SETUSER', 'limiter', 'on', '>secret', '~*', '-@all', ...`${ACL_DATA} ${commands} +info`.split(' '))
+    const redis = createClient(server, { username: 'limiter', password: 'secret' })
+    const app = await buildApp({ redis, prefix: 'acl', denyCache: false })
+    for (const algorithm of ALGORITHMS) app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: 2, window: '1m' } } }, async () => 'ok')
+    await app.ready()
+    t.teardown(async () => { await app.close(); redis.disconnect(); admin.disconnect(); await server.stop() })
+    const statuses = async (): Promise<number[]> => await Promise.all(ALGORITHMS.map(async (algorithm) => (await app.inject(`/${algorithm}`)).statusCode))
+    t.same(await statuses(), ALGORITHMS.map(() => 200))
+    await admin.call('FUNCTION', 'FLUSH')
+    await admin.script('FLUSH')
+    t.same(await statuses(), ALGORITHMS.map(() => 200), 'after FUNCTION FLUSH and SCRIPT FLUSH')
+    t.same(await statuses(), ALGORITHMS.map(() => 429), 'the third request of each is refused: every decision counted')
+    t.equal(app.rateLimit.stats().degraded, 0, 'nothing degraded')
+    const stats = await admin.info('commandstats')
+    t.match(stats, route === 'Functions' ? /cmdstat_fcall:calls=[1-9]/ : /cmdstat_evalsha:calls=[1-9]/, `decisions went by the ${route} route`)
+  })
+}
 
 test('a batch whose reply is lost is counted once, even by a client that resends unanswered commands', async (t) => {
   const server = await startServer([], { label: 'coalesce-lost' })

@@ -9,8 +9,8 @@ import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type 
  * is scripts/batch.lua (layout in its header comment).
  *
  * ARGV layout, modes and reply layout belong to one instance's script SHA and
- * library version (DESIGN.md, "Rolling deploys"): an instance only ever calls
- * the script or function it loaded, so they may change with a release. What old and new instances share
+ * library version (rolling deploys: docs/operations.md): an instance only
+ * ever calls the script or function it loaded, so they may change with a release. What old and new instances share
  * is the key names and the state stored under them (keys/layout.ts).
  */
 

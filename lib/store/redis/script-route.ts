@@ -2,6 +2,15 @@ import type { FunctionLibrary } from './library.js'
 import type { LoadedScript } from './scripts.js'
 import { isLibraryLoaded, isTransientRefusal, type ClientPort, type MasterPort } from './client/port.js'
 import type { DebugLog } from '../port.js'
+import { awaitWithin } from '../../util/await-within.js'
+
+/** A reload that has not settled by then no longer holds off the next one (a hung master). */
+const RELOAD_WAIT_MS = 5000
+
+/** An error's first sentence: Redis quotes the command's first arguments (Lua source, keys) after it. */
+function causeOf (error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).replace(/, with args beginning with:.*$/s, '')
+}
 
 /*
  * How the store's calls reach Redis: by FCALL of the Functions library
@@ -37,6 +46,11 @@ export class ScriptRoute {
     this.#library = library
   }
 
+  /** Where a change of route is logged (the application's logger, from ready(), even when Redis was not there then). */
+  useLog (log: DebugLog | undefined): void {
+    this.#log = log
+  }
+
   /** Whether calls go by FCALL (else EVALSHA). */
   get functions (): boolean {
     return this.#functions
@@ -65,14 +79,13 @@ export class ScriptRoute {
    * instead. A master that cannot be reached or is not ready leaves functions
    * on: its calls meet "Function not found" and load it then.
    */
-  async load (masters: readonly MasterPort[], log?: DebugLog): Promise<void> {
-    this.#log ??= log
+  async load (masters: readonly MasterPort[]): Promise<void> {
     let refused: string | undefined
     await Promise.all(masters.map(async (node) => {
       try {
         await node.functionLoad(this.#library.source)
       } catch (error) {
-        if (!isLibraryLoaded(error) && !isTransientRefusal(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${(error as Error).message}`
+        if (!isLibraryLoaded(error) && !isTransientRefusal(error) && this.#client.isServerError(error)) refused ??= `${node.address}: ${causeOf(error)}`
       }
     }))
     if (refused !== undefined) await this.#useScripts(masters, `FUNCTION LOAD refused (${refused})`)
@@ -82,7 +95,7 @@ export class ScriptRoute {
   refuse (error: unknown): void {
     if (!this.#functions) return
     this.#functions = false
-    this.#client.masters().then(async (masters) => { await this.#useScripts(masters, `FCALL refused (${(error as Error).message})`) }).catch(() => {})
+    this.#client.masters().then(async (masters) => { await this.#useScripts(masters, `FCALL refused (${causeOf(error)})`) }).catch(() => {})
   }
 
   async #useScripts (masters: readonly MasterPort[], cause: string): Promise<void> {
@@ -91,12 +104,14 @@ export class ScriptRoute {
     await Promise.all(masters.flatMap((node) => this.scripts.map(async ({ source }) => { await node.scriptLoad(source) }))).catch(() => {})
   }
 
-  /** A call met "Function not found": the library is loaded again on every master (one load at a time; failures are the next call's). */
+  /**
+   * A call met "Function not found": the library is loaded again on every
+   * master, one load at a time, each waited for at most RELOAD_WAIT_MS
+   * (failures are the next call's to retry).
+   */
   reload (): void {
     if (this.#loading !== undefined || !this.#functions) return
-    this.#loading = this.#client.masters()
-      .then(async (masters) => { await this.load(masters) })
-      .catch(() => {})
-      .finally(() => { this.#loading = undefined })
+    const loading = this.#client.masters().then(async (masters) => { await this.load(masters) })
+    this.#loading = awaitWithin(loading, RELOAD_WAIT_MS, 'library reload').then(() => { this.#loading = undefined })
   }
 }

@@ -59,7 +59,7 @@ async function checkEviction (masters: readonly MasterPort[], log: DebugLog | un
 /** Loads the library (or the scripts) on every master (a failed load is answered later by an EVAL) and checks eviction. */
 async function warmMasters (client: ClientPort, route: ScriptRoute, log: DebugLog | undefined): Promise<void> {
   const masters = await client.masters()
-  await Promise.all([route.load(masters, log), checkEviction(masters, log)])
+  await Promise.all([route.load(masters), checkEviction(masters, log)])
 }
 
 export class RedisStore implements Store {
@@ -152,6 +152,7 @@ export class RedisStore implements Store {
   async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
     const client = this.#client
     const deadline = performance.now() + maxWaitMs
+    this.#route.useLog(log)
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
     await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')

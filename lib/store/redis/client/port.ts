@@ -79,9 +79,9 @@ export function isFcallRefused (error: unknown): boolean {
   return error instanceof Error && /^(NOPERM .*'fcall'|ERR unknown command 'fcall')/i.test(error.message)
 }
 
-/** An error reply that says "not now" rather than "never" (loading, busy, out of memory, a replica, a Cluster in flux). */
+/** An error reply that says "not now" rather than "never" (loading, busy, out of memory or disk, a replica, a Cluster in flux). */
 export function isTransientRefusal (error: unknown): boolean {
-  return error instanceof Error && /^(LOADING|BUSY|OOM|READONLY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS)\b/.test(error.message)
+  return error instanceof Error && /^(LOADING|BUSY|OOM|MISCONF|READONLY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS)\b/.test(error.message)
 }
 
 /** FUNCTION LOAD of a library this master already holds: the same name is the same source. */

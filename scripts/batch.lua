@@ -40,7 +40,8 @@
 -- allowed is 1 (it is 0 then), then nextMs: three integers for an admitted
 -- block, four otherwise (each integer of a reply costs Redis about 700
 -- instructions and ioredis about 0.3 µs). Adjustments answer one per entry:
--- 1 when it changed something, else 0. protocol.ts splitBatchReply reads it.
+-- 1 when it changed something, else 0. reply.lua writes it (emit), protocol.ts
+-- splitBatchReply reads it.
 -- A calendar period's block: fixed-window over the period holding now (its start
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
@@ -63,20 +64,6 @@ local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it ('1', '2', …): a table read
 -- per decision instead of a tonumber (strtod); numbered up to the most specs seen.
 local specOf, numbered = {}, 0
--- The reply, kept between calls by a library too: Redis replies with its values up
--- to the first nil, which each call sets after its last; growing a fresh table to
--- five values per decision cost as much again.
-local out = {}
-
--- One block's decision into the reply from out[o + 1] (layout above); the new o.
-local function emit (o, a, r, reset, retry, nextMs)
-  if a == 1 then
-    out[o + 1], out[o + 2], out[o + 3] = r * 4 + 1, reset, nextMs
-    return o + 3
-  end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = r * 4 + a, reset, retry, nextMs
-  return o + 4
-end
 
 -- Per call from here (a Redis Functions library's batch function: lib/store/redis/library.ts).
 -- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
@@ -119,14 +106,15 @@ while at <= last do
   if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
   if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
-    if not ok then
-      out[o + 1] = errorText(a)
-      o = o + 1
-    elseif a == 1 then
+    if ok and a == 1 then
+      -- emit's admitted case, inline: the call to it cost 500 instructions a decision (benchmarks/instructions.ts)
       out[o + 1], out[o + 2], out[o + 3] = r * 4 + 1, reset, nextMs
       o = o + 3
-    else
+    elseif ok then
       o = emit(o, a, r, reset, retry, nextMs)
+    else
+      out[o + 1] = errorText(a)
+      o = o + 1
     end
     k = k + 1
     at = at + width

@@ -17,7 +17,7 @@ const files = readSources()
 const sources = files.algorithms
 const scripts = loadScripts(files)
 /** The drivers and the prelude every script starts with, beside the algorithm files. */
-const SHARED = ['batch.lua', 'concurrency.lua', 'error-text.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'spec.lua']
+const SHARED = ['batch.lua', 'concurrency.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])

@@ -7,7 +7,7 @@ import { algorithmBuilder, batchDriver, loneCall, prelude, readSources, type Scr
  * scripts of scripts.ts as functions of one library, loaded once per master
  * (FUNCTION LOAD) and called by name (FCALL). A script's top level runs on
  * every call; a library's runs once per load, so the prelude, the algorithms'
- * closures (`algorithm(n)` keeps them between calls), errorText and periodFn
+ * closures (`algorithm(n)` keeps them between calls), the reply's helpers and periodFn
  * are built once, each block spec is parsed once (spec.lua), and a call runs
  * only the part of batch.lua after its "Per call from here" line.
  * benchmarks/instructions.ts counts the difference.
@@ -56,7 +56,7 @@ export function buildLibrary (sources: ScriptSources = readSources()): FunctionL
 ${beforeBinding}local ${names}
 ${afterBinding}
 ${algorithmBuilder(sources)}
-${sources.errorText}
+${sources.reply}
 ${sources.spec}
 ${driverTop}
 ${register(fn('batch'), bind, driverCall)}

@@ -54,7 +54,6 @@ export interface AdjustCall {
   kind: 'adjust'
   entries: readonly Adjustment[]
   keys: readonly string[]
-  replyLength: number
   /**
    * Only slot releases and renewals (a ZREM, a ZADD of a live member): safe
    * to run twice and after its answer was given up, so never defused at a
@@ -94,7 +93,7 @@ export function decideCall (request: StoreRequest, mode: DecideMode, resolve: Se
 
 /** Store.adjust's entries, in one call (every key in one slot), with what it answers to. */
 export function adjustCall (entries: readonly Adjustment[], resolve: Settlement['resolve'], reject: Settlement['reject']): AdjustCall & Settlement {
-  return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), replyLength: entries.length, idempotent: onlySlots(entries), resolve, reject }
+  return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), idempotent: onlySlots(entries), resolve, reject }
 }
 
 /**
@@ -236,8 +235,8 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
     const values: number[] = []
     if (call.kind === 'decide') at = readBlocks(list, at, call.runs.length, values)
     else {
-      for (let i = 0; i < call.replyLength; i++) values.push(list[at + i] as number)
-      at = values.every((value) => typeof value === 'number') ? at + call.replyLength : -1
+      for (let i = 0; i < call.entries.length; i++) values.push(list[at + i] as number)
+      at = values.every((value) => typeof value === 'number') ? at + values.length : -1
     }
     if (at < 0) {
       // The rest cannot be located either.

@@ -31,8 +31,8 @@ export interface ScriptSources {
   penalty: string
   /** The batch driver's paths beyond its common case (spliced into batch.lua). */
   paths: string
-  /** A failed decision's reply text, for the batch and lone scripts. */
-  errorText: string
+  /** A call's reply (errorText, emit), for the batch and lone scripts. */
+  reply: string
   /** A block spec's text, parsed once (the batch and lone scripts). */
   spec: string
   batch: string
@@ -49,7 +49,7 @@ function readLua (name: string): string {
 export function readSources (): ScriptSources {
   const algorithms = {} as Record<AlgorithmName, string>
   for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), errorText: readLua('error-text'), spec: readLua('spec'), batch: readLua('batch') }
+  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), reply: readLua('reply'), spec: readLua('spec'), batch: readLua('batch') }
 }
 
 /** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
@@ -113,8 +113,8 @@ export function loneCall (fn: string): string {
   return `local spec, cost = blockSpec(ARGV[1]), ARGV[2]
 local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), nowMs(ARGV[3]), 0)
 if not ok then return { errorText(a) } end
-if a == 1 then return { r * 4 + 1, reset, nextMs } end
-return { r * 4 + a, reset, retry, nextMs }
+out[emit(0, a, r, reset, retry, nextMs) + 1] = nil
+return out
 `
 }
 
@@ -130,7 +130,7 @@ return { r * 4 + a, reset, retry, nextMs }
 export function loadLoneScripts (sources: ScriptSources = readSources()): LoadedScript[] {
   return ALGORITHMS.map((name) => loaded(`${header(`${name}, one decision`, sources)}
 ${algorithmLocal('algorithm', name, sources.algorithms[name])}
-${sources.errorText}
+${sources.reply}
 ${sources.spec}
 ${loneCall('algorithm')}`))
 }
@@ -167,7 +167,7 @@ return multi(KEYS, ARGV)
 export function buildBatchScript (sources: ScriptSources = readSources()): LoadedScript {
   return loaded(`${header('batch driver', sources)}
 ${algorithmBuilder(sources)}
-${sources.errorText}
+${sources.reply}
 ${sources.spec}
 ${batchDriver(sources)}`)
 }

@@ -1,0 +1,25 @@
+-- A call's reply, for the batch script and a lone decision's script (their
+-- layout: batch.lua's header; protocol.ts splitBatchReply reads it).
+
+-- A failed decision's reply text, whatever redis.call raised (a table with
+-- `err`, or a Lua error): the decision answers this text alone.
+local function errorText (e)
+  if type(e) == 'table' and e.err ~= nil then return e.err end
+  return tostring(e)
+end
+
+-- The reply, kept between calls by a library too: Redis replies with its values up
+-- to the first nil, which each call sets after its last; growing a fresh table to
+-- five values per decision cost as much again.
+local out = {}
+
+-- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
+-- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs; the new o.
+local function emit (o, a, r, reset, retry, nextMs)
+  if a == 1 then
+    out[o + 1], out[o + 2], out[o + 3] = r * 4 + 1, reset, nextMs
+    return o + 3
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = r * 4 + a, reset, retry, nextMs
+  return o + 4
+end

@@ -21,7 +21,7 @@ import { clientIp, KEYS_10K } from './configs.js'
 import { commandStats, parseInfo, redisCpuSeconds, type BenchRedis } from './common.js'
 import { BATCH_ROUNDS, batchMarkdown, runBatchBench, type BatchBench } from './batches.js'
 
-const SUFFIX: Record<AlgorithmName, string> = { 'fixed-window': 'FW', 'sliding-window': 'SW', 'sliding-log': 'sl', 'token-bucket': 'TB', gcra: 'GC' }
+const SUFFIX: Record<AlgorithmName, string> = { 'fixed-window': 'FC', 'sliding-window': 'SW', 'sliding-log': 'sl', 'token-bucket': 'TB', gcra: 'GC' }
 
 /** limit, windowMs, burst: never rejects at these rates. */
 const HIGH: Record<AlgorithmName, [number, number, number]> = {

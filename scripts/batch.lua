@@ -30,9 +30,10 @@
 -- The common case runs its algorithm straight: no table, no closure per
 -- decision. Several blocks go through decideAll (all-or-nothing). Each
 -- decision runs under pcall, so one bad key (WRONGTYPE) fails that decision
--- alone; a failing decision has written nothing, because every algorithm
--- reads its key before it writes and decideAll writes only after every dry
--- pass. Penalties: see penalty.lua.
+-- alone; a failing decision has written nothing, because every algorithm's
+-- first command on its key is the one that fails (a read, or fixed-window's
+-- INCRBY, which fails without writing) and decideAll writes only after every
+-- dry pass. Penalties: see penalty.lua.
 --
 -- Reply, per decision in order: its values, or its error text alone (the one
 -- string). A decision or peek answers per block `remaining * 4 + allowed`

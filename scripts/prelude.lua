@@ -12,9 +12,9 @@
 -- A Redis Functions library sees none of these while it loads: it declares the
 -- locals and binds them on its first call (lib/store/redis/library.ts).
 local function libraryFunctions ()
-  return redis.call, tonumber, math.floor, math.ceil, math.min, string.format, string.find, string.sub, string.match, struct.pack, struct.unpack
+  return redis.call, redis.pcall, tonumber, math.floor, math.ceil, math.min, string.format, string.find, string.sub, string.match, struct.pack, struct.unpack
 end
-local call, tonumber, floor, ceil, min, format, find, sub, match, packNumbers, unpackNumbers = libraryFunctions()
+local call, pcallRedis, tonumber, floor, ceil, min, format, find, sub, match, packNumbers, unpackNumbers = libraryFunctions()
 
 -- Integer division is floor(a / b) (ceil(a / b) rounding up), exact as it is
 -- for integers with |a| below 2^53 and b >= 1: a / b is q + r/b, at least 1/b

@@ -90,7 +90,7 @@ test('every key the plugin writes has a TTL and follows the key scheme', async (
   for (const key of keys) {
     const ttl = await redis.pttl(key)
     t.ok(ttl > 0 && ttl <= 120_000, `${key} expires (pttl ${ttl})`)
-    t.match(key, new RegExp(`^${prefix}:\\{GET:/[a-z-]+/:id\\|(u=[A-Za-z0-9_-]{22}|u~127\\.0\\.0\\.1)\\}:(FW|SW|sl|TB|GC)60000$`))
+    t.match(key, new RegExp(`^${prefix}:\\{GET:/[a-z-]+/:id\\|(u=[A-Za-z0-9_-]{22}|u~127\\.0\\.0\\.1)\\}:(FC|SW|sl|TB|GC)60000$`))
     t.notMatch(key, /alice/, 'identity values are hashed')
   }
 })

@@ -7,7 +7,7 @@
 import { test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, setupRedisApp, setupStoreApp, TestClock } from './helpers/app.js'
-import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix, windowTag } from './helpers/redis.js'
 import { PERIOD_CLOCK } from '../lib/store/periods.js'
 import type { RateLimitBlock } from '../lib/index.js'
 
@@ -173,9 +173,9 @@ test('a period key is one key per identity, the period start kept in its state',
   await call(app)
   const keys = await redis.keys(`${prefix}:*`)
   t.equal(keys.length, 1)
-  t.match(keys[0], /\}:FPm[A-Za-z0-9_-]{7}$/, 'suffix: FP, the unit, a hash of the time zone')
+  t.match(keys[0], /\}:PCm[A-Za-z0-9_-]{7}$/, 'suffix: PC, the unit, a hash of the time zone')
   // May 2030 in Berlin starts 2030-04-30 22:00 UTC.
-  t.same(await readState(redis, keys[0] as string), [Date.UTC(2030, 3, 30, 22), 1], 'the state: the period start and the count')
+  t.same(await readState(redis, keys[0] as string), [windowTag(Date.UTC(2030, 3, 30, 22)), 1], 'the state: the period start (as its tag) and the count')
   const ttl = await redis.pttl(keys[0] as string)
   t.equal(ttl > 0 && ttl <= Date.UTC(2030, 4, 31, 22) - clock.now, true, 'lives until the period ends')
   clock.now = Date.UTC(2030, 5, 10)

@@ -95,12 +95,14 @@ export function keyMethod (method: string | string[]): string {
 }
 
 /**
- * Uppercase: state format 2 (numbers packed as doubles, scripts/prelude.lua).
- * The decimal format lived under the lowercase codes; a new format takes a new
- * suffix, so old and new instances never read each other's state in a deploy.
+ * Uppercase: state format 2 (numbers packed as doubles, scripts/prelude.lua),
+ * or fixed-window's format 3 (`FC`: one integer counter, scripts/fixed-window.lua).
+ * The decimal format lived under the lowercase codes, format 2 of fixed-window
+ * under `FW`; a new format takes a new suffix, so old and new instances never
+ * read each other's state in a deploy.
  */
 const SUFFIX: Record<AlgorithmName, string> = {
-  'fixed-window': 'FW',
+  'fixed-window': 'FC',
   'sliding-window': 'SW',
   'sliding-log': 'sl',
   'token-bucket': 'TB',
@@ -118,13 +120,14 @@ const DECIMAL_SUFFIX_MAX_MS = 86_400_000
  *   `~` never appears in the decimal form, so the two cannot meet);
  * - a concurrency block: `cc` (a sorted set of leased slots; the lease is not
  *   part of it, so a new lease keeps the slots in flight);
- * - a calendar period: `FP` + its unit's letter + 7 characters of SHA-256 over
- *   the time zone (as declared) and weekStart (`FPmX3k9aQ2`). The period's start is in the
- *   state (fixed-window's index), so one key serves every period.
+ * - a calendar period: `PC` + its unit's letter + 7 characters of SHA-256 over
+ *   the time zone (as declared) and weekStart (`PCmX3k9aQ2`). The period's start is in the
+ *   state (fixed-window's tag), so one key serves every period. Its format 2
+ *   lived under `FP`.
  */
 export function keySuffix (algorithm: RunAlgorithm, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
   if (algorithm === 'concurrency') return 'cc'
-  if (period !== undefined) return 'FP' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
+  if (period !== undefined) return 'PC' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
   if (windowMs <= DECIMAL_SUFFIX_MAX_MS) return SUFFIX[algorithm] + windowMs
   return `${SUFFIX[algorithm]}~${windowMs.toString(36)}`
 }

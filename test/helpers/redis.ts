@@ -128,13 +128,28 @@ export function createClient (server: RedisServer, options: RedisOptions = {}): 
 /** A client that can read a value as bytes (ioredis Redis, Cluster). */
 interface BufferReader { getBuffer: (key: string) => Promise<Buffer | null> }
 
+/** fixed-window's state, format 3 (scripts/fixed-window.lua): one integer, tag * 2^30 + count. */
+const COUNT_SPAN = 2 ** 30
+const TAG_SPAN = 8_388_593
+
+/** The tag fixed-window stores for a window index (a calendar period's: its start in ms). */
+export function windowTag (index: number): number {
+  return index % TAG_SPAN
+}
+
 /**
- * The numbers of an algorithm's state under key (format 2: little-endian
- * doubles, scripts/prelude.lua): fixed-window [index, count], sliding-window
- * [index, cur, prev], token-bucket [tokens, ms], gcra [tatMs, frac]; null when absent.
+ * The numbers of an algorithm's state under key: fixed-window [tag, count]
+ * (format 3, decimal text: windowTag), else format 2, little-endian doubles
+ * (scripts/prelude.lua): sliding-window [index, cur, prev], token-bucket
+ * [tokens, ms], gcra [tatMs, frac]; null when absent.
  */
 export async function readState (client: BufferReader, key: string): Promise<number[] | null> {
   const bytes = await client.getBuffer(key)
   if (bytes === null) return null
+  const text = bytes.toString('latin1')
+  if (/^\d+$/.test(text)) {
+    const value = Number(text)
+    return [Math.floor(value / COUNT_SPAN), value % COUNT_SPAN]
+  }
   return Array.from({ length: bytes.length / 8 }, (_, i) => bytes.readDoubleLE(i * 8))
 }

@@ -72,7 +72,7 @@ test('HEAD shares the GET bucket; method arrays share one bucket', async (t) => 
 
 test('hostile identities and routes: one slot per decision, bounded length, no braces from the client', async (t) => {
   const hostile = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', '\0', '☃', 'x'.repeat(8192), '|', ',', '=', '~', '%H']
-  const suffixes = ['FW86400000', 'SW60000', 'sl1000', 'TB1', 'GC86400000']
+  const suffixes = ['FC86400000', 'SW60000', 'sl1000', 'TB1', 'GC86400000']
   for (const value of hostile) {
     const identity = `u=${hashValue(value)}`
     for (const url of ['/orders/:id', '/{weird}/:id', '/' + 'a'.repeat(300), '/a|b', '/%7B']) {
@@ -121,7 +121,7 @@ test('the route table parser reads Fastify printRoutes output', async (t) => {
 })
 
 const HOSTILE_VALUES = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', 'a\r\nX-Evil: 1', '\0', 'a\0b', '☃', '{☃}', 'x'.repeat(8192), 'sk_' + '{k}'.repeat(2730), '|', ',', '=', '~', '%H', 'u=x', 'ip=1.2.3.4', 'a,b', '']
-const ALL_SUFFIXES = ['FW1000', 'SW60000', 'sl900000', 'TB1000', 'GC86400000', 'SW3600000']
+const ALL_SUFFIXES = ['FC1000', 'SW60000', 'sl900000', 'TB1000', 'GC86400000', 'SW3600000']
 
 /** A request as the identity code reads it, carrying `value` in every field that can feed a key. */
 function hostileRequest (value: string, ip = '203.0.113.9'): FastifyRequest {
@@ -247,7 +247,7 @@ test('the longest window and a calendar period keep every key within 128 bytes, 
   }
   t.equal(suffixes.day, 'GC86400000', 'windows up to a day keep their suffix (rolling deploys)')
   t.equal(suffixes.longest, 'GC~eiz5s00', '366 days: a compact suffix')
-  t.match(suffixes.period, /^FPm[A-Za-z0-9_-]{7}$/)
+  t.match(suffixes.period, /^PCm[A-Za-z0-9_-]{7}$/)
   t.equal(keySuffix('sliding-window', 2 * DAY_MS), 'SW~2uvpc0', 'two days')
   t.not(keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'week', timeZone: 'UTC', weekStart: 7 }), 'weekStart is in the key')
   t.not(keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'UTC', weekStart: 1 }), keySuffix('fixed-window', 0, { unit: 'month', timeZone: 'Europe/Berlin', weekStart: 1 }), 'the time zone is in the key')

@@ -23,7 +23,7 @@ import { startRedisServer } from '../helpers/redis.js'
 const CALLERS = 100_000
 const BUDGET = 25 * 1024 * 1024
 const WINDOW_MS = 3_600_000 // nothing expires while the test runs
-const SUFFIX: Record<(typeof ALGORITHMS)[number], string> = { 'fixed-window': 'FW', 'sliding-window': 'SW', 'sliding-log': 'sl', 'token-bucket': 'TB', gcra: 'GC' }
+const SUFFIX: Record<(typeof ALGORITHMS)[number], string> = { 'fixed-window': 'FC', 'sliding-window': 'SW', 'sliding-log': 'sl', 'token-bucket': 'TB', gcra: 'GC' }
 
 async function usedMemory (redis: Redis): Promise<number> {
   const info = await redis.info('memory')

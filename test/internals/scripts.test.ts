@@ -24,6 +24,8 @@ const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVR
 const REMOVALS = new Set(['ZREMRANGEBYSCORE', 'ZREMRANGEBYRANK', 'ZREM', 'DEL', 'UNLINK', 'HDEL'])
 const EXPIRES = new Set(['PEXPIRE', 'EXPIRE', 'PEXPIREAT'])
 const WRITES = new Set(['SET', 'ZADD', 'HSET', 'HMSET', 'HINCRBY', 'INCR', 'INCRBY', 'DECR', 'DECRBY', 'APPEND', 'SETRANGE', 'SADD', 'LPUSH', 'RPUSH', 'ZINCRBY'])
+/** Writes that keep an existing key's TTL (and leave a key they create without one). */
+const COUNTERS = new Set(['INCR', 'INCRBY', 'DECR', 'DECRBY'])
 const NO_KEY = new Set(['TIME'])
 
 /** Removes `--` comments (the scripts keep no `--` inside string literals). */
@@ -33,10 +35,10 @@ function stripComments (src: string): string {
 
 interface LuaCall { index: number, args: string[] }
 
-/** Every redis.call / redis.pcall (the prelude's local `call` is redis.call) with its top-level argument expressions. */
+/** Every redis.call / redis.pcall (the prelude's locals `call` and `pcallRedis`) with its top-level argument expressions. */
 function redisCalls (src: string): LuaCall[] {
   const out: LuaCall[] = []
-  const re = /(?:\bredis\.p?call|(?<![.\w])call)\s*\(/g
+  const re = /(?:\bredis\.p?call|(?<![.\w])(?:call|pcallRedis))\s*\(/g
   let m: RegExpExecArray | null
   while ((m = re.exec(src)) !== null) {
     const args: string[] = []
@@ -133,6 +135,11 @@ for (const name of ALGORITHMS) {
         t.ok((px > 1 && call.args[px + 1] !== undefined) !== (keep > 1), 'SET carries PX <ms> or KEEPTTL, not both')
         // KEEPTTL only beside a SET PX of the same state: the first write in a window sets the TTL the others keep
         if (keep > 1) t.ok(calls.some((other) => literal(other.args[0]) === 'SET' && other.args.some((a) => literal(a) === 'PX') && other.args[2] === call.args[2]), 'KEEPTTL beside a SET PX of the same state')
+      } else if (COUNTERS.has(cmd)) {
+        writes++
+        // like KEEPTTL: a counter keeps the TTL the window's first write (a SET PX of the key) set; the
+        // runtime checks (below, algorithms-property.test.ts) hold that a created key always gets it
+        t.ok(calls.some((other) => literal(other.args[0]) === 'SET' && other.args[1] === call.args[1] && other.args.some((a) => literal(a) === 'PX')), `${cmd} beside a SET PX of ${call.args[1]}`)
       } else if (WRITES.has(cmd)) {
         writes++
         // a PEXPIRE on the same key must follow before the script can return
@@ -163,7 +170,7 @@ test('prelude.lua: the one TIME call site, only when now is empty', async (t) =>
 
 /**
  * Wraps a script body in a function and runs it with a `redis` whose `call`
- * records each command before passing it to the real one. The body is the
+ * and `pcall` record each command before passing it to the real one. The body is the
  * assembled script minus its shebang line, unchanged.
  */
 function recordingHarness (source: string): string {
@@ -171,19 +178,25 @@ function recordingHarness (source: string): string {
   return `#!lua
 local realRedis = redis
 local calls = {}
+local function record (a)
+  calls[#calls + 1] = string.upper(a[1])
+  if string.upper(a[1]) == 'SET' then
+    for j = 3, #a do
+      if string.upper(tostring(a[j])) == 'PX' then calls[#calls] = 'SET PX ' .. string.format('%d', a[j + 1]) end
+      if string.upper(tostring(a[j])) == 'KEEPTTL' then calls[#calls] = 'SET KEEPTTL' end
+    end
+  elseif string.upper(a[1]) == 'PEXPIRE' then
+    calls[#calls] = 'PEXPIRE ' .. string.format('%d', a[3])
+  end
+end
 local redis = setmetatable({
   call = function (...)
-    local a = { ... }
-    calls[#calls + 1] = string.upper(a[1])
-    if string.upper(a[1]) == 'SET' then
-      for j = 3, #a do
-        if string.upper(tostring(a[j])) == 'PX' then calls[#calls] = 'SET PX ' .. string.format('%d', a[j + 1]) end
-        if string.upper(tostring(a[j])) == 'KEEPTTL' then calls[#calls] = 'SET KEEPTTL' end
-      end
-    elseif string.upper(a[1]) == 'PEXPIRE' then
-      calls[#calls] = 'PEXPIRE ' .. string.format('%d', a[3])
-    end
+    record({ ... })
     return realRedis.call(...)
+  end,
+  pcall = function (...)
+    record({ ... })
+    return realRedis.pcall(...)
   end
 }, { __index = realRedis })
 local function algorithm (KEYS, ARGV)
@@ -209,7 +222,36 @@ test('redis.call per path, on a real Redis', async (t) => {
     return { reply: out.slice(0, 5) as number[], calls: String(out[5]).split(',') }
   }
 
-  const simple: Array<[AlgorithmName, number]> = [['fixed-window', W - 1000], ['sliding-window', 2 * W - 1000], ['token-bucket', 6000], ['gcra', 6000]]
+  // fixed-window (format 3): the window's first charge INCRBY + SET PX, then one INCRBY that keeps the TTL;
+  // a refusal's INCRBY is undone by DECRBY; a peek (mode 1) and a cost above the limit only read.
+  {
+    const key = `${prefix}:{fixed-window}`
+    keys.push(key, `${key}:clock`)
+    const first = await run('fixed-window', key, [10, W, 1, 1, B + 1000])
+    t.same(first.calls, ['INCRBY', `SET PX ${W - 1000}`], 'fixed-window: the window\'s first charge = INCRBY + SET PX')
+    t.same(first.reply, [1, 9, W - 1000, 0, W - 1000])
+    const again = await run('fixed-window', key, [10, W, 1, 1, B + 2000])
+    t.same(again.calls, ['INCRBY'], 'fixed-window: admitted again in the window = one INCRBY')
+    t.same(again.reply, [1, 8, W - 2000, 0, W - 2000])
+    const pttl = await client.pttl(key)
+    t.ok(pttl > W - 2000 - 5000 && pttl <= W - 1000, `fixed-window: the kept TTL ${pttl} is the window's`)
+    const reject = await run('fixed-window', key, [2, W, 1, 1, B + 3000])
+    t.same(reject.calls, ['INCRBY', 'DECRBY'], 'fixed-window: rejected = INCRBY undone by DECRBY')
+    t.same(reject.reply, [0, 0, W - 3000, W - 3000, W - 3000])
+    t.same(await readState(client, key), [B / W % 8_388_593, 2], 'fixed-window: a refusal leaves the count as it was')
+    const peek = await run('fixed-window', key, [10, W, 1, 1, B + 3000, '1'])
+    t.same(peek.calls, ['GET'], 'fixed-window: a peek = GET only')
+    t.same(peek.reply, [1, 7, W - 3000, 0, W - 3000])
+    const tooBig = await run('fixed-window', key, [10, W, 1, 11, B + 3000])
+    t.same(tooBig.calls, ['GET'], 'fixed-window: a cost above the limit = GET only')
+    const clock = await run('fixed-window', `${key}:clock`, [10, W, 1, 1, ''])
+    t.equal(clock.calls[0], 'TIME', 'fixed-window: TIME first when now is empty')
+    t.equal(clock.calls[1], 'INCRBY')
+    t.match(clock.calls[2], /^SET PX \d+$/)
+    t.equal(clock.calls.length, 3, 'fixed-window: 3 calls on the TIME path')
+  }
+
+  const simple: Array<[AlgorithmName, number]> = [['sliding-window', 2 * W - 1000], ['token-bucket', 6000], ['gcra', 6000]]
   for (const [name, ttl] of simple) {
     const key = `${prefix}:{${name}}`
     keys.push(key)
@@ -217,7 +259,7 @@ test('redis.call per path, on a real Redis', async (t) => {
     const admit = await run(name, key, [10, W, 1, 1, B + 1000])
     t.same(admit.calls, ['GET', `SET PX ${ttl}`], `${name}: admitted = GET + SET PX (2 calls)`)
     t.equal(admit.reply[0], 1)
-    if (name === 'fixed-window' || name === 'sliding-window') {
+    if (name === 'sliding-window') {
       // in the stored window the TTL is kept: the window's end has not moved
       const again = await run(name, key, [10, W, 1, 1, B + 2000])
       t.same(again.calls, ['GET', 'SET KEEPTTL'], `${name}: admitted again in the window = GET + SET KEEPTTL`)

@@ -12,14 +12,6 @@
 -- a SET with PX costs Redis more than the rest of the decision.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX, or SET KEEPTTL in the stored window, when admitted).
--- The state under key: in the stored window its TTL stays, else it expires when the next window ends.
-local function save (key, idx, cur, prev, current, w, now)
-  if current then
-    call('SET', key, packNumbers('<ddd', idx, cur, prev), 'KEEPTTL')
-  else
-    call('SET', key, packNumbers('<ddd', idx, cur, prev), 'PX', format('%d', (idx + 2) * w - now))
-  end
-end
 
 -- ms from now until the estimate is 0 (quota fully restored)
 local function resetMs (c, p, idx, w, now)
@@ -63,20 +55,20 @@ local function nextMs (cur, prev, limit, available, w, elapsed)
   return retryMs(cur, prev, limit, available + 1, w, elapsed)
 end
 
--- A refund (mode 2) from the window it was spent in: the current one (cur) or the previous one (prev).
-local function refund (key, idx, cur, prev, current, w, now, cost, elapsedSince)
+-- A refund (mode 2) from the window it was spent in, the current one (cur) or
+-- the previous one (prev): the counts after it, or nil when nothing is given back.
+local function refunded (idx, cur, prev, w, now, cost, elapsedSince)
   local atIdx = floor((now - elapsedSince) / w)
   if atIdx == idx and cur > 0 then
     cur = cur - cost
     if cur < 0 then cur = 0 end
+    return cur, prev
   elseif atIdx == idx - 1 and prev > 0 then
     prev = prev - cost
     if prev < 0 then prev = 0 end
-  else
-    return 0
+    return cur, prev
   end
-  save(key, idx, cur, prev, current, w, now)
-  return 1
+  return nil
 end
 
 return function (key, limit, w, _, cost, now, mode, elapsedSince)
@@ -84,8 +76,8 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
   local idx = floor(now / w)
   local elapsed = now - idx * w
   -- The stored counts of the current (cur) and previous (prev) window, zero when
-  -- stale or absent, and whether the state was written in this window. Read here,
-  -- and saved and resetMs computed inline on the admitted path: four Lua calls
+  -- stale or absent, and whether the state was written in this window. Read, saved
+  -- and resetMs computed here, not in helpers: four Lua calls on the admitted path
   -- cost about 2,000 instructions a decision (benchmarks/instructions.ts).
   local cur, prev, current = 0, 0, false
   local stored = call('GET', key)
@@ -98,36 +90,38 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
     end
   end
 
-  if mode == 2 then return refund(key, idx, cur, prev, current, w, now, cost, elapsedSince) end
-  if mode == 3 then
+  local remaining = 0
+  if mode == 2 then
+    cur, prev = refunded(idx, cur, prev, w, now, cost, elapsedSince)
+    if cur == nil then return 0 end
+  elseif mode == 3 then
     -- a charge goes to the current window (the one it was spent in, while that is current)
     cur = cur + cost
     if cur > 2 * limit then cur = 2 * limit end
-    save(key, idx, cur, prev, current, w, now)
-    return 1
+  else
+    local estimate = floor((prev * (w - elapsed)) / w) + cur
+    local available = limit - estimate
+    if available < 0 then available = 0 end
+    if cost > limit then
+      return 0, available, resetMs(cur, prev, idx, w, now), w, nextMs(cur, prev, limit, available, w, elapsed)
+    end
+    if estimate + cost > limit then
+      return 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed), nextMs(cur, prev, limit, available, w, elapsed)
+    end
+    -- admitted: cur > 0 and remaining < limit from here
+    cur = cur + cost
+    remaining = limit - estimate - cost
   end
 
-  local estimate = floor((prev * (w - elapsed)) / w) + cur
-  local available = limit - estimate
-  if available < 0 then available = 0 end
-
-  if cost > limit then
-    return 0, available, resetMs(cur, prev, idx, w, now), w, nextMs(cur, prev, limit, available, w, elapsed)
-  end
-  if estimate + cost > limit then
-    return 0, available, resetMs(cur, prev, idx, w, now), retryMs(cur, prev, limit, cost, w, elapsed), nextMs(cur, prev, limit, available, w, elapsed)
-  end
-
-  -- admitted: cur > 0 and remaining < limit from here
-  cur = cur + cost
-  if mode == 0 then
+  -- the one write: in the stored window its TTL stays, else it expires when the next window ends
+  if mode ~= 1 then
     if current then
       call('SET', key, packNumbers('<ddd', idx, cur, prev), 'KEEPTTL')
     else
       call('SET', key, packNumbers('<ddd', idx, cur, prev), 'PX', format('%d', (idx + 2) * w - now))
     end
   end
-  local remaining = limit - estimate - cost
+  if mode >= 2 then return 1 end
   -- resetMs with c > 0: in the next window cur is the previous count (see resetMs)
   return 1, remaining, (idx + 2) * w - floor((w - 1) / cur) - now, 0, retryMs(cur, prev, limit, remaining + 1, w, elapsed)
 end

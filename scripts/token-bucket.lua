@@ -12,34 +12,6 @@
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
--- The scaled tokens in the bucket now (below zero after an overdraft), and base:
--- the ms they are counted at (later than now only if the clock went backwards).
-local function readTokens (key, cap, limit, now)
-  local tokens = cap
-  local base = now
-  local stored = call('GET', key)
-  if stored and #stored == 16 then
-    local st, ts = unpackNumbers('<dd', stored)
-    if st > cap then st = cap end
-    -- an overdraft is kept, down to one capacity below empty
-    if st < -cap then st = -cap end
-    local elapsed = now - ts
-    if elapsed < 0 then
-      elapsed = 0
-      base = ts
-    end
-    -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
-    local maxElapsed = floor((2 * cap) / limit) + 1
-    if elapsed > maxElapsed then elapsed = maxElapsed end
-    local gain = elapsed * limit
-    if gain >= cap - st then
-      tokens = cap
-    else
-      tokens = st + gain
-    end
-  end
-  return tokens, base
-end
 
 -- ms until the bucket is full again (t tokens, counted `lag` ms from now); 0 = full
 local function resetMs (t, cap, limit, lag)
@@ -59,30 +31,50 @@ local function nextMs (t, cap, limit, w, lag)
   return lag + ceil(((whole(t, w) + 1) * w - t) / limit)
 end
 
-return function (key, limit, w, burst, cost, now, mode)
-
-  local cap = burst * w
-  local tokens, base = readTokens(key, cap, limit, now)
-  local lag = base - now
-
+-- A refund (mode 2: the tokens go back into the bucket as it is now, up to its
+-- capacity) or a charge without deciding (mode 3: the bucket may go below
+-- empty, down to -capacity); returns 1.
+local function adjust (key, tokens, base, cap, limit, lag, w, cost, mode)
   if mode == 2 then
-    -- refund: the tokens go back into the bucket as it is now, up to its capacity
     tokens = tokens + cost * w
     if tokens >= cap then
       call('DEL', key)
       return 1
     end
-    call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', resetMs(tokens, cap, limit, lag)))
-    return 1
-  end
-
-  if mode == 3 then
-    -- charge without deciding: the bucket may go below empty, down to -capacity
+  else
     tokens = tokens - cost * w
     if tokens < -cap then tokens = -cap end
-    call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', resetMs(tokens, cap, limit, lag)))
-    return 1
   end
+  call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', resetMs(tokens, cap, limit, lag)))
+  return 1
+end
+
+return function (key, limit, w, burst, cost, now, mode)
+
+  -- The scaled tokens in the bucket now (below zero after an overdraft), and base:
+  -- the ms they are counted at (later than now only if the clock went backwards).
+  -- Read here, not in a helper: a Lua call costs about 500 instructions a decision.
+  local cap = burst * w
+  local tokens, base = cap, now
+  local stored = call('GET', key)
+  if stored and #stored == 16 then
+    local st, ts = unpackNumbers('<dd', stored)
+    if st > cap then st = cap end
+    -- an overdraft is kept, down to one capacity below empty
+    if st < -cap then st = -cap end
+    local elapsed = now - ts
+    if elapsed < 0 then
+      elapsed = 0
+      base = ts
+    end
+    -- beyond this the bucket is full anyway; keeps elapsed * limit below 2^53
+    local maxElapsed = floor((2 * cap) / limit) + 1
+    if elapsed > maxElapsed then elapsed = maxElapsed end
+    local gain = elapsed * limit
+    if gain < cap - st then tokens = st + gain end
+  end
+  local lag = base - now
+  if mode >= 2 then return adjust(key, tokens, base, cap, limit, lag, w, cost, mode) end
 
   if cost > burst then
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), w, nextMs(tokens, cap, limit, w, lag)

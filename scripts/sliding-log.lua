@@ -75,11 +75,18 @@ return function (key, limit, w, _, cost, now, mode)
   local count = call('ZCARD', key)
 
   if cost <= limit and count + cost <= limit then
-    -- one more unit frees when the oldest entry expires (this request's own, when the log was empty)
+    -- one more unit frees when the oldest entry expires (this request's own, when the log was empty);
+    -- expiryOf(key, 1) and, for one unit, addUnits written inline: each Lua call, and
+    -- addUnits' table, cost hundreds of instructions a decision (benchmarks/instructions.ts)
     local nextMs = w
-    if count > 0 then nextMs = expiryOf(key, 1, w, now) end
+    if count > 0 then nextMs = tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]) + w - now end
     if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
-    local added = addUnits(key, nowStr, count, cost)
+    local added
+    if cost == 1 then
+      added = call('ZADD', key, 'NX', nowStr, nowStr .. ':' .. format('%d', count + 1))
+    else
+      added = addUnits(key, nowStr, count, cost)
+    end
     if added < cost then
       -- only after the clock went backwards: renumber the missing units above the largest seq at this score
       addUnits(key, nowStr, topSeq(key, nowStr), cost - added)

@@ -13,7 +13,9 @@
 -- so a stale key (the injected clock ran ahead of Redis TTLs) behaves exactly
 -- like an absent one; so does a value that is not an integer (not ours).
 -- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
--- Calls: INCRBY (+ SET PX on a window's first charge, DECRBY when refused); a peek GET.
+-- Calls: INCRBY (+ SET PX on a window's first charge, + INCRBY of -cost when refused); a peek GET.
+-- Every undo is an INCRBY of a negative amount, not DECRBY: a user whose ACL lacks
+-- INCRBY fails before anything is written, and none holds INCRBY without its undo.
 -- A calendar period's block passes `start` (batch.lua periodFn): the window is
 -- [start, start + w) and its index the start, so every instance names it alike.
 
@@ -58,7 +60,7 @@ local function settle (key, limit, cost, base, toEnd)
   if count == nil or before == 0 then
     start(key, base, min(cost, capped), toEnd)
   elseif count + cost > capped then
-    call('DECRBY', key, count + cost - capped)
+    call('INCRBY', key, capped - count - cost)
   end
   return 1
 end
@@ -67,7 +69,7 @@ end
 local function refund (key, cost, base, from, now, elapsed)
   local count = countIn(tonumber(call('GET', key)), base) or 0
   if count == 0 or now - elapsed < from then return 0 end
-  call('DECRBY', key, min(cost, count))
+  call('INCRBY', key, -min(cost, count))
   return 1
 end
 
@@ -98,7 +100,7 @@ return function (key, limit, w, _, cost, now, mode, elapsed, periodStart)
   if mode == 2 then return refund(key, cost, base, from, now, elapsed) end
   if mode == 1 or cost > limit then return decideDry(key, limit, w, cost, base, toEnd) end
 
-  -- The common case: one INCRBY, undone by DECRBY when refused. increment and
+  -- The common case: one INCRBY, undone by INCRBY -cost when refused. increment and
   -- countIn are written inline (two Lua calls cost about 1,000 instructions a
   -- decision), and a cost of 1 is sent as text: Redis turns a Lua number
   -- argument into text at about 2,000 (benchmarks/instructions.ts).
@@ -107,7 +109,7 @@ return function (key, limit, w, _, cost, now, mode, elapsed, periodStart)
   if before > 0 and before >= base and before < base + COUNT_SPAN then
     local count = before - base
     if count + cost > limit then
-      call('DECRBY', key, cost)
+      call('INCRBY', key, cost == 1 and '-1' or -cost)
       -- count > 0 here, so the quota is restored when the window ends
       local available = limit - count
       if available < 0 then available = 0 end

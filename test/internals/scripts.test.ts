@@ -223,7 +223,7 @@ test('redis.call per path, on a real Redis', async (t) => {
   }
 
   // fixed-window (format 3): the window's first charge INCRBY + SET PX, then one INCRBY that keeps the TTL;
-  // a refusal's INCRBY is undone by DECRBY; a peek (mode 1) and a cost above the limit only read.
+  // a refusal's INCRBY is undone by INCRBY -cost; a peek (mode 1) and a cost above the limit only read.
   {
     const key = `${prefix}:{fixed-window}`
     keys.push(key, `${key}:clock`)
@@ -236,7 +236,7 @@ test('redis.call per path, on a real Redis', async (t) => {
     const pttl = await client.pttl(key)
     t.ok(pttl > W - 2000 - 5000 && pttl <= W - 1000, `fixed-window: the kept TTL ${pttl} is the window's`)
     const reject = await run('fixed-window', key, [2, W, 1, 1, B + 3000])
-    t.same(reject.calls, ['INCRBY', 'DECRBY'], 'fixed-window: rejected = INCRBY undone by DECRBY')
+    t.same(reject.calls, ['INCRBY', 'INCRBY'], 'fixed-window: rejected = INCRBY undone by INCRBY -1')
     t.same(reject.reply, [0, 0, W - 3000, W - 3000, W - 3000])
     t.same(await readState(client, key), [B / W % 8_388_593, 2], 'fixed-window: a refusal leaves the count as it was')
     const peek = await run('fixed-window', key, [10, W, 1, 1, B + 3000, '1'])

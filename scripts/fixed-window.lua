@@ -16,7 +16,7 @@
 -- Calls: INCRBY (+ SET PX on a window's first charge, + INCRBY of -cost when refused); a peek GET.
 -- Every undo is an INCRBY of a negative amount, not DECRBY: a user whose ACL lacks
 -- INCRBY fails before anything is written, and none holds INCRBY without its undo.
--- A calendar period's block passes `start` (batch.lua periodFn): the window is
+-- A calendar period's block passes `periodStart` (batch.lua periodFn): the window is
 -- [start, start + w) and its index the start, so every instance names it alike.
 
 -- count < 2^30 (at most 3 * MAX_LIMIT while a refused charge is undone) and
@@ -26,10 +26,19 @@
 local COUNT_SPAN = 1073741824
 local TAG_SPAN = 8388593
 
--- The stored count in the window tagged `base`, nil when the value is stale, absent or not ours.
+-- The stored count in the window tagged `base`, nil when the value is stale, absent
+-- (0: what INCRBY finds in a missing key) or not ours. A stored 0 (tag 0, all
+-- refunded) reads as nil too: it is rewritten with the same expiry.
 local function countIn (value, base)
-  if value and value >= base and value < base + COUNT_SPAN then return value - base end
+  if value and value > 0 and value >= base and value < base + COUNT_SPAN then return value - base end
   return nil
+end
+
+-- A refusal in the stored window (count > 0, so the quota is restored when the window ends).
+local function refused (limit, count, toEnd)
+  local available = limit - count
+  if available < 0 then available = 0 end
+  return 0, available, toEnd, toEnd, toEnd
 end
 
 -- INCRBY's error as the value before it: -1 (no window's) for a value that is
@@ -57,7 +66,7 @@ local function settle (key, limit, cost, base, toEnd)
   local before = increment(key, cost)
   local count = countIn(before, base)
   local capped = 2 * limit
-  if count == nil or before == 0 then
+  if count == nil then
     start(key, base, min(cost, capped), toEnd)
   elseif count + cost > capped then
     call('INCRBY', key, capped - count - cost)
@@ -84,10 +93,7 @@ local function decideDry (key, limit, w, cost, base, toEnd)
     if count > 0 then reset = toEnd end
     return 0, available, reset, w, reset
   end
-  if count + cost > limit then
-    -- count > 0 here, so the quota is restored when the window ends
-    return 0, available, toEnd, toEnd, toEnd
-  end
+  if count + cost > limit then return refused(limit, count, toEnd) end
   return 1, limit - count - cost, toEnd, 0, toEnd
 end
 
@@ -110,14 +116,11 @@ return function (key, limit, w, _, cost, now, mode, elapsed, periodStart)
     local count = before - base
     if count + cost > limit then
       call('INCRBY', key, cost == 1 and '-1' or -cost)
-      -- count > 0 here, so the quota is restored when the window ends
-      local available = limit - count
-      if available < 0 then available = 0 end
-      return 0, available, toEnd, toEnd, toEnd
+      return refused(limit, count, toEnd)
     end
     return 1, limit - count - cost, toEnd, 0, toEnd
   end
-  -- absent (0: INCRBY created the key), stale or not ours: the window's first charge
+  -- absent (0: INCRBY created the key), stale or not ours (countIn's nil): the window's first charge
   start(key, base, cost, toEnd)
   return 1, limit - cost, toEnd, 0, toEnd
 end

@@ -21,7 +21,7 @@ import {
 } from './policy/policy.js'
 import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from './policy/summary.js'
 import { limitNotFound } from './request/not-found.js'
-import { createRouteHook } from './request/route-hook.js'
+import { createRouteHook, type HookNext } from './request/route-hook.js'
 import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './policy/routes.js'
 import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from './runtime.js'
 import type { RateLimitPluginOptions } from './types.js'
@@ -98,8 +98,10 @@ function appended<T> (existing: T | T[] | undefined, hook: T): T[] {
 function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: PluginRuntime): void {
   const decide = createRouteHook(policy, runtime)
   const stage = policy.stage
-  // A preParsing hook's resolved value would become the request payload: this one resolves to nothing.
-  const hook = stage === 'preParsing' ? async (request: FastifyRequest, reply: FastifyReply): Promise<void> => { await decide(request, reply) } : decide
+  // A preParsing hook takes the payload before `done`, and passes it on unchanged.
+  const hook = stage === 'preParsing'
+    ? function rateLimitPreParsing (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: HookNext): void { decide(request, reply, done) }
+    : decide
   // After the route's own hooks of that stage, so an auth hook can set the user first.
   route[stage] = appended<unknown>(route[stage], hook) as never
   if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never

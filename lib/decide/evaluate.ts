@@ -72,39 +72,66 @@ function logRefusal (input: DecisionInput, origin: DecisionOrigin, runtime: Runt
 
 /**
  * Decides one request (or one consume() call): the local deny cache first,
- * then one store call for every block. Never throws: a store failure becomes a
- * degraded decision by the route's onRedisError.
+ * then one store call for every block. `done` gets the Evaluation once; a
+ * store failure becomes a degraded decision by the route's onRedisError, and
+ * only an error of the decision itself (a bug) goes to `fail`. No promise of
+ * its own: the route hook continues straight from the store's reply.
  */
-export async function evaluate (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): Promise<Evaluation> {
+export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, done: (evaluation: Evaluation) => void, fail: (error: Error) => void): void {
   const startedAt = runtime.metrics !== undefined || decisionChannel.hasSubscribers ? performance.now() : 0
-  const { stats, denyCache } = runtime
+  const { denyCache, breaker } = runtime
   const now = runtime.clock()
 
   // 1. The local deny cache: any enforced block still refused → answer here.
   const cached = denyCache !== undefined && denyCache.size > 0 ? fromDenyCache(denyCache, input, now) : undefined
   if (cached !== undefined) {
-    stats.limited++
-    const verdict = combine(input.policy, input.runs, cached)
-    if (verdict.outcome === 'penalized') stats.penalized++
-    const evaluation = toEvaluation(input, cached, verdict, 'deny-cache', 'charge')
-    publish(runtime, input, origin, evaluation, startedAt)
-    return evaluation
+    done(fromCache(input, origin, runtime, cached, startedAt))
+    return
   }
 
-  // 2. One store call for every block.
-  let decisions: RawDecision[]
-  const breaker = runtime.breaker
-  try {
-    if (breaker !== undefined && !breaker.allow()) throw new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs)
-    decisions = await runtime.store.decide(input, 'charge')
-    breaker?.success()
-  } catch (error) {
+  // 2. One store call for every block; its failure → onRedisError.
+  const onStoreError = (error: unknown): void => {
     if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
-    const evaluation = await degraded(input, origin, runtime, error)
-    publish(runtime, input, origin, evaluation, startedAt)
-    return evaluation
+    degraded(input, origin, runtime, error).then((evaluation) => {
+      publish(runtime, input, origin, evaluation, startedAt)
+      done(evaluation)
+    }, fail)
   }
+  if (breaker !== undefined && !breaker.allow()) {
+    onStoreError(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
+    return
+  }
+  runtime.store.decide(input, 'charge').then((decisions) => {
+    let evaluation: Evaluation
+    try {
+      breaker?.success()
+      evaluation = fromStore(input, origin, runtime, decisions, now, startedAt)
+    } catch (error) {
+      fail(error as Error)
+      return
+    }
+    done(evaluation)
+  }, onStoreError)
+}
 
+/** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
+export function evaluate (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): Promise<Evaluation> {
+  return new Promise((resolve, reject) => { evaluateThen(input, origin, runtime, resolve, reject) })
+}
+
+/** A refusal the deny cache answered. */
+function fromCache (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, cached: Array<RawDecision | undefined>, startedAt: number): Evaluation {
+  runtime.stats.limited++
+  const verdict = combine(input.policy, input.runs, cached)
+  if (verdict.outcome === 'penalized') runtime.stats.penalized++
+  const evaluation = toEvaluation(input, cached, verdict, 'deny-cache', 'charge')
+  publish(runtime, input, origin, evaluation, startedAt)
+  return evaluation
+}
+
+/** The store's decisions, combined, counted, remembered (refusals) and published. */
+function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, startedAt: number): Evaluation {
+  const { stats, denyCache } = runtime
   const verdict = combine(input.policy, input.runs, decisions)
   const { rejected, outcome } = verdict
   if (rejected) {

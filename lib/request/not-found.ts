@@ -42,7 +42,6 @@ export function limitNotFound ({ fastify, declared, context, globals, listing, r
       done()
       return
     }
-    // A refusal was sent (or thrown to the error handler): the chain stops there.
-    hook(request, reply).then((sent) => { if (sent === undefined) done() }, done)
+    hook(request, reply, done)
   })
 }

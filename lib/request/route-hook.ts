@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { SkipPredicate } from './allow-list.js'
-import { evaluate, recordSkip, type DecisionInput, type Evaluation } from '../decide/evaluate.js'
+import { evaluate, evaluateThen, recordSkip, type DecisionInput, type Evaluation } from '../decide/evaluate.js'
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../api/overrides.js'
@@ -62,53 +62,111 @@ function trackAdmitted (request: FastifyRequest, reply: FastifyReply, policy: Co
   trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], at: runtime.clock(), slots }, runtime)
 }
 
+/** Fastify's `done` of a callback-style hook: nothing to continue, an error for the error handler. */
+export type HookNext = (error?: Error) => void
+
+/**
+ * A route's hook, callback-style: `next()` continues the request, `next(error)`
+ * hands it to the error handler, and a refusal sends the reply and calls
+ * neither. (A callback saves the two promise layers an async hook and its
+ * evaluate would add to every request.)
+ */
+export type RouteHook = (request: FastifyRequest, reply: FastifyReply, next: HookNext) => void
+
+/** Continues the request after `sent` resolves: undefined to go on; a reply was sent otherwise. */
+function continueAfter (sent: Promise<FastifyReply | undefined>, next: HookNext): void {
+  sent.then((reply) => { if (reply === undefined) next() }, next)
+}
+
+/** What a route's hook works with, built once per route. */
+interface RouteContext {
+  policy: CompiledPolicy
+  runtime: RouteRuntime
+  /** Skip checks (allowList, the route's skip), in order. */
+  checks: ReturnType<typeof skipChecks>
+}
+
+function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply {
+  return ctx.runtime.refuse(request, reply, ctx.policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
+}
+
+/** After the decision: headers, then undefined (go on) or the refusal (sent, or thrown for the error handler). */
+function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): FastifyReply | undefined {
+  const { policy, runtime } = ctx
+  request.rateLimit = evaluation.decision
+  if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(request, reply, policy, input, evaluation, runtime)
+  if (evaluation.decision.degraded) {
+    // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
+    if (!evaluation.rejected) return undefined
+    return refuse(ctx, request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
+  }
+  runtime.writeHeaders(reply, input, evaluation)
+  if (!evaluation.rejected) return undefined
+  return refuse(ctx, request, reply, evaluation, 429)
+}
+
+async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<FastifyReply | undefined> {
+  return respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store' }, ctx.runtime))
+}
+
+/** Bans and skip checks first (either may wait on the application), then the decision. */
+async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+  const { policy, runtime, checks } = ctx
+  // An operator's ban wins over allowList and skip; with no ban in force it costs one size check.
+  // (The ban is awaited, not a reply: a reply is a thenable, awaiting it would wait for the response.)
+  if (runtime.bans.size > 0) {
+    const startedAt = performance.now()
+    let ban = runtime.bans.match(policy, request)
+    if (ban instanceof Promise) ban = await ban
+    if (ban !== undefined) return refuseBanned(request, reply, policy, runtime, ban, startedAt)
+  }
+  if (checks.length > 0) {
+    const startedAt = performance.now()
+    const source = await skipSource(policy, checks, request, runtime)
+    if (source !== undefined) {
+      recordSkip(runtime, policy, source, startedAt)
+      return undefined
+    }
+  }
+  return await decideAsync(ctx, request, reply, await decisionInput(policy, request, runtime))
+}
+
 /**
  * The per-route hook, at the route's stage (policy.stage: the `hook` option,
  * at least preValidation when the identity needs the body). One store call
  * for every block (or none, from the deny cache), then headers and either
- * continue or a refusal.
+ * continue or a refusal. Bans, skip checks and async inputs wait on promises;
+ * the common request (none of them) goes from the store's reply to `next`.
  */
-export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime) {
-  const { writeHeaders } = runtime
+export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime): RouteHook {
+  const ctx: RouteContext = { policy, runtime, checks: skipChecks(policy, runtime.allowList) }
+  const { bans } = runtime
+  const screened = ctx.checks.length > 0
   const route = policy.route
-  const refuse = (request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply =>
-    runtime.refuse(request, reply, policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
-  const checks = skipChecks(policy, runtime.allowList)
-  const bans = runtime.bans
   bans.watch(policy)
   // proxy-check.ts: false once this route's server trusts its proxy or the warning was given
   let checkProxy = true
 
-  return async function rateLimitHook (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+  return function rateLimitHook (request: FastifyRequest, reply: FastifyReply, next: HookNext): void {
     if (checkProxy) checkProxy = checkForwarded(request)
-    // An operator's ban wins over allowList and skip; with no ban in force it costs one size check.
-    // (The ban is awaited, not a reply: a reply is a thenable, awaiting it would wait for the response.)
-    if (bans.size > 0) {
-      const startedAt = performance.now()
-      let ban = bans.match(policy, request)
-      if (ban instanceof Promise) ban = await ban
-      if (ban !== undefined) return refuseBanned(request, reply, policy, runtime, ban, startedAt)
+    if (screened || bans.size > 0) {
+      continueAfter(screenThenDecide(ctx, request, reply), next)
+      return
     }
-    if (checks.length > 0) {
-      const startedAt = performance.now()
-      const source = await skipSource(policy, checks, request, runtime)
-      if (source !== undefined) {
-        recordSkip(runtime, policy, source, startedAt)
-        return undefined
+    const input = decisionInput(policy, request, runtime)
+    if (input instanceof Promise) {
+      continueAfter(input.then((ready) => decideAsync(ctx, request, reply, ready)), next)
+      return
+    }
+    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, (evaluation) => {
+      let sent: FastifyReply | undefined
+      try {
+        sent = respond(ctx, request, reply, input, evaluation)
+      } catch (error) {
+        next(error as Error)
+        return
       }
-    }
-    let input = decisionInput(policy, request, runtime)
-    if (input instanceof Promise) input = await input
-    const evaluation = await evaluate(input, { log: request.log, route, source: 'store' }, runtime)
-    request.rateLimit = evaluation.decision
-    if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(request, reply, policy, input, evaluation, runtime)
-    if (evaluation.decision.degraded) {
-      // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
-      if (!evaluation.rejected) return undefined
-      return refuse(request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
-    }
-    writeHeaders(reply, input, evaluation)
-    if (!evaluation.rejected) return undefined
-    return refuse(request, reply, evaluation, 429)
+      if (sent === undefined) next()
+    }, next)
   }
 }

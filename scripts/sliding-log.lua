@@ -67,11 +67,21 @@ local function refusal (key, count, limit, w, cost, now, more)
   return expiryOf(key, count, w, now), retry, expiryOf(key, more, w, now)
 end
 
+-- The texts of now, w and the eviction cutoff, kept from the last decision: a
+-- batch shares now, and most of its decisions w (string.format per decision
+-- cost more than a sorted-set command's argument parsing; instructions.ts).
+local lastNow, lastW, nowStr, wStr, cutoffStr
+
 return function (key, limit, w, _, cost, now, mode)
   if mode >= 2 then return 0 end
-  local nowStr = format('%d', now)
+  if now ~= lastNow then
+    lastNow, lastW, nowStr = now, nil, format('%d', now)
+  end
+  if w ~= lastW then
+    lastW, wStr, cutoffStr = w, format('%d', w), format('%d', now - w)
+  end
 
-  call('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - w))
+  call('ZREMRANGEBYSCORE', key, '-inf', cutoffStr)
   local count = call('ZCARD', key)
 
   if cost <= limit and count + cost <= limit then
@@ -92,7 +102,7 @@ return function (key, limit, w, _, cost, now, mode)
       addUnits(key, nowStr, topSeq(key, nowStr), cost - added)
     end
     -- the newest entry is now: the whole set is irrelevant W ms from now
-    call('PEXPIRE', key, format('%d', w))
+    call('PEXPIRE', key, wStr)
     return 1, limit - count - cost, w, 0, nextMs
   end
 

@@ -71,6 +71,9 @@ end
 -- batch shares now, and most of its decisions w (string.format per decision
 -- cost more than a sorted-set command's argument parsing; instructions.ts).
 local lastNow, lastW, nowStr, wStr, cutoffStr
+-- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (a few kB of Lua memory).
+local SEQ_TEXTS = 1024
+local seqTexts = {}
 
 return function (key, limit, w, _, cost, now, mode)
   if mode >= 2 then return 0 end
@@ -93,7 +96,13 @@ return function (key, limit, w, _, cost, now, mode)
     if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
     local added
     if cost == 1 then
-      added = call('ZADD', key, 'NX', nowStr, nowStr .. ':' .. format('%d', count + 1))
+      local seq = count + 1
+      local suffix = seqTexts[seq]
+      if suffix == nil then
+        suffix = ':' .. format('%d', seq)
+        if seq <= SEQ_TEXTS then seqTexts[seq] = suffix end
+      end
+      added = call('ZADD', key, 'NX', nowStr, nowStr .. suffix)
     else
       added = addUnits(key, nowStr, count, cost)
     end

@@ -71,7 +71,7 @@ end
 -- batch shares now, and most of its decisions w (string.format per decision
 -- cost more than a sorted-set command's argument parsing; instructions.ts).
 local lastNow, lastW, nowStr, wStr, cutoffStr
--- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (a few kB of Lua memory).
+-- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (about 70 kB of Lua memory at most).
 local SEQ_TEXTS = 1024
 local seqTexts = {}
 

@@ -13,9 +13,16 @@ import { freePort, uniquePrefix } from './helpers/redis.js'
 
 interface Recorded { name: string, value: number, attributes: Record<string, string> }
 const recorded: Recorded[] = []
+// An instrument whose add() throws, as a broken SDK's would (one test sets it).
+let failing: string | undefined
 const provider = {
   getMeter: () => ({
-    createCounter: (name: string) => ({ add: (value: number, attributes: Record<string, string> = {}) => { recorded.push({ name, value, attributes }) } }),
+    createCounter: (name: string) => ({
+      add: (value: number, attributes: Record<string, string> = {}) => {
+        if (name === failing) throw new Error(`meter failed: ${name}`)
+        recorded.push({ name, value, attributes })
+      }
+    }),
     createHistogram: (name: string) => ({ record: (value: number, attributes: Record<string, string> = {}) => { recorded.push({ name, value, attributes }) } })
   })
 } as unknown as MeterProvider
@@ -132,4 +139,25 @@ test('skipped requests (allowList, skip) are counted as skipped on the channel a
   const counted = recorded.filter((r) => r.name === METRICS.decisions)
   t.same(counted.map((r) => r.attributes), [{ route: 'GET /k', policy: 'k', outcome: 'skipped' }, { route: 'GET /k', policy: 'k', outcome: 'skipped' }])
   t.equal(app.rateLimit.stats().skipped, 2)
+})
+
+test('a meter that throws while Redis is down: the request gets a 500 and consume() rejects, nothing left pending or unhandled', async (t) => {
+  const unhandled: unknown[] = []
+  const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
+  process.on('unhandledRejection', onUnhandled)
+  const redis = new Redis({ port: await freePort(), lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  redis.on('error', () => {})
+  const app = await buildApp({ redis, prefix: uniquePrefix('mx') })
+  t.teardown(async () => { failing = undefined; process.off('unhandledRejection', onUnhandled); await app.close(); redis.disconnect() })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '1m', name: 'x' } } }, async () => 'ok')
+  await app.ready()
+  failing = METRICS.decisions
+  const response = await app.inject('/x')
+  t.equal(response.statusCode, 500)
+  t.match(response.json(), { message: `meter failed: ${METRICS.decisions}` })
+  await t.rejects(app.rateLimit.consume('x', { ip: '203.0.113.9' }), { message: `meter failed: ${METRICS.decisions}` })
+  failing = undefined
+  t.equal((await app.inject('/x')).statusCode, 200, 'the next request is decided (degraded, open) as before')
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(unhandled, [], 'no unhandled rejection')
 })

@@ -73,9 +73,11 @@ function logRefusal (input: DecisionInput, origin: DecisionOrigin, runtime: Runt
 /**
  * Decides one request (or one consume() call): the local deny cache first,
  * then one store call for every block. `done` gets the Evaluation once; a
- * store failure becomes a degraded decision by the route's onRedisError, and
- * only an error of the decision itself (a bug) goes to `fail`. No promise of
- * its own: the route hook continues straight from the store's reply.
+ * store failure becomes a degraded decision by the route's onRedisError.
+ * `fail` gets what went wrong in deciding or reporting it after the store
+ * call (a meter that throws, say); before it, such an error is thrown. On the
+ * common path no promise of its own: the route hook continues straight from
+ * the store's reply.
  */
 export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, done: (evaluation: Evaluation) => void, fail: (error: Error) => void): void {
   const startedAt = runtime.metrics !== undefined || decisionChannel.hasSubscribers ? performance.now() : 0
@@ -90,12 +92,12 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   }
 
   // 2. One store call for every block; its failure → onRedisError.
+  // Not the hot path: a promise chain, so a throw while publishing (a failing meter) reaches `fail` too.
   const onStoreError = (error: unknown): void => {
     if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
-    degraded(input, origin, runtime, error).then((evaluation) => {
-      publish(runtime, input, origin, evaluation, startedAt)
-      done(evaluation)
-    }, fail)
+    degraded(input, origin, runtime, error)
+      .then((evaluation) => { publish(runtime, input, origin, evaluation, startedAt); return evaluation })
+      .then(done, fail)
   }
   if (breaker !== undefined && !breaker.allow()) {
     onStoreError(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))

@@ -8,7 +8,7 @@ import type { Overrides } from '../api/overrides.js'
 import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
-import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime } from './inputs.js'
+import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime, type SkipCheck } from './inputs.js'
 import { trackEnd } from './end-of-request.js'
 import { holdSlots, newSlotId } from '../decide/slots.js'
 
@@ -73,9 +73,9 @@ export type HookNext = (error?: Error) => void
  */
 export type RouteHook = (request: FastifyRequest, reply: FastifyReply, next: HookNext) => void
 
-/** Continues the request after `sent` resolves: undefined to go on; a reply was sent otherwise. */
-function continueAfter (sent: Promise<FastifyReply | undefined>, next: HookNext): void {
-  sent.then((reply) => { if (reply === undefined) next() }, next)
+/** Continues the request once `sent` resolves to false; true: a refusal was sent, the chain stops there. */
+function continueAfter (sent: Promise<boolean>, next: HookNext): void {
+  sent.then((wasSent) => { if (!wasSent) next() }, next)
 }
 
 /** What a route's hook works with, built once per route. */
@@ -83,7 +83,7 @@ interface RouteContext {
   policy: CompiledPolicy
   runtime: RouteRuntime
   /** Skip checks (allowList, the route's skip), in order. */
-  checks: ReturnType<typeof skipChecks>
+  checks: SkipCheck[]
 }
 
 function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply {
@@ -105,12 +105,13 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
   return refuse(ctx, request, reply, evaluation, 429)
 }
 
-async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<FastifyReply | undefined> {
-  return respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store' }, ctx.runtime))
+// The slow paths resolve to whether a reply was sent, never to the reply: a reply is a thenable.
+async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<boolean> {
+  return respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store' }, ctx.runtime)) !== undefined
 }
 
 /** Bans and skip checks first (either may wait on the application), then the decision. */
-async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
   const { policy, runtime, checks } = ctx
   // An operator's ban wins over allowList and skip; with no ban in force it costs one size check.
   // (The ban is awaited, not a reply: a reply is a thenable, awaiting it would wait for the response.)
@@ -118,17 +119,32 @@ async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, rep
     const startedAt = performance.now()
     let ban = runtime.bans.match(policy, request)
     if (ban instanceof Promise) ban = await ban
-    if (ban !== undefined) return refuseBanned(request, reply, policy, runtime, ban, startedAt)
+    if (ban !== undefined) {
+      refuseBanned(request, reply, policy, runtime, ban, startedAt)
+      return true
+    }
   }
   if (checks.length > 0) {
     const startedAt = performance.now()
     const source = await skipSource(policy, checks, request, runtime)
     if (source !== undefined) {
       recordSkip(runtime, policy, source, startedAt)
-      return undefined
+      return false
     }
   }
   return await decideAsync(ctx, request, reply, await decisionInput(policy, request, runtime))
+}
+
+/** The common path's end: respond, then `next` outside the try (the rest of the chain runs inside it). */
+function finish (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation, next: HookNext): void {
+  let sent: FastifyReply | undefined
+  try {
+    sent = respond(ctx, request, reply, input, evaluation)
+  } catch (error) {
+    next(error as Error)
+    return
+  }
+  if (sent === undefined) next()
 }
 
 /**
@@ -158,15 +174,6 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime):
       continueAfter(input.then((ready) => decideAsync(ctx, request, reply, ready)), next)
       return
     }
-    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, (evaluation) => {
-      let sent: FastifyReply | undefined
-      try {
-        sent = respond(ctx, request, reply, input, evaluation)
-      } catch (error) {
-        next(error as Error)
-        return
-      }
-      if (sent === undefined) next()
-    }, next)
+    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, (evaluation) => { finish(ctx, request, reply, input, evaluation, next) }, next)
   }
 }

@@ -121,7 +121,7 @@ test('a changed source is a new library with new function names, loaded beside t
   t.ok(isFunctionMissing(missing), `an unknown version's function is "Function not found" (${String(missing)})`)
 })
 
-test('splitBatchReply reads the compact reply: five values per block, an error text fails its call alone, any other layout fails every call', async (t) => {
+test('splitBatchReply reads the compact reply: five values per block (an admitted one sent as two integers), an error text fails its call alone, any other layout fails every call', async (t) => {
   const { admin } = await privateRedis(t)
   const library = buildLibrary()
   await admin.call('FUNCTION', 'LOAD', library.source)
@@ -131,10 +131,11 @@ test('splitBatchReply reads the compact reply: five values per block, an error t
   const now = 1_900_000_000_000
   const reply = await admin.call('FCALL', library.batch, ...frameBatch(calls, now).map(String))
   const [admitted, refused, failed] = splitBatchReply(calls, reply)
-  t.same(admitted, [1, 0, 20_000, 0, 20_000], 'admitted: allowed, remaining, resetMs, retryAfterMs 0 (not sent), nextMs')
+  t.same(admitted, [1, 0, 20_000, 0, 20_000], 'admitted: allowed, remaining, resetMs, retryAfterMs 0 (not sent), nextMs (resetMs and nextMs sent packed in one integer)')
   t.same(refused, [0, 0, 20_000, 20_000, 20_000], 'refused: its retryAfterMs sent')
   t.ok(failed instanceof Error && (failed as { code?: string }).code === 'FST_RRL_SCRIPT_ERROR' && /WRONGTYPE/.test(failed.message), `the bad key's decision alone failed (${String(failed)})`)
-  for (const source of ['return { 7, 1, 2 }', "return { 5, 'x', 1 }", 'return { 5, 1 }']) {
+  // 7 = remaining 1, allowed 3: resetMs and nextMs packed in the next value, which must be a whole number >= 0.
+  for (const source of ['return { 7, -1, 7, 1 }', 'return { 7 }', "return { 7, 'x' }", 'return { 6, 1, 2 }', "return { 5, 'x', 1 }", 'return { 5, 1 }']) {
     const other = await admin.eval(source, 0)
     const split = splitBatchReply(calls.slice(0, 2), other)
     t.ok(split.every((r) => r instanceof Error && (r as { code?: string }).code === 'FST_RRL_BAD_SCRIPT_REPLY'), `${source}: every call fails as a bad reply`)

@@ -27,6 +27,9 @@ const WRITES = new Set(['SET', 'ZADD', 'HSET', 'HMSET', 'HINCRBY', 'INCR', 'INCR
 /** Writes that keep an existing key's TTL (and leave a key they create without one). */
 const COUNTERS = new Set(['INCR', 'INCRBY', 'DECR', 'DECRBY'])
 const NO_KEY = new Set(['TIME'])
+// The reply's packed pair (reply.lua): an admitted block's resetMs * PACK + nextMs, both below PACK.
+const PACK = 2 ** 26
+const packed = (resetMs: number, nextMs: number): number => resetMs * PACK + nextMs
 
 /** Removes `--` comments (the scripts keep no `--` inside string literals). */
 function stripComments (src: string): string {
@@ -313,7 +316,8 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     await client.del(key)
   }
   // A lone decision's script: the batch script's straight reply (batch.lua: remaining * 4 + allowed, resetMs,
-  // retryAfterMs unless admitted, nextMs), or the error text alone.
+  // retryAfterMs unless admitted, nextMs; admitted within PACK ms, remaining * 4 + 3 and resetMs * PACK + nextMs),
+  // or the error text alone.
   const lone = loadLoneScripts()
   for (const [i, name] of ALGORITHMS.entries()) {
     const script = lone[i] as LoadedScript
@@ -322,8 +326,10 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     // ARGV: the spec's text (algorithm|limit|windowMs|burst|shadow|penalty), cost, now ('' = Redis TIME)
     const spec = `${i + 1}|5|1000|5||`
     const reply = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.equal(reply.length, 3, `${name} (lone): three numbers when admitted`)
-    t.equal(reply[0], 4 * 4 + 1, `${name} (lone): admitted, 4 left`)
+    t.equal(reply.length, 2, `${name} (lone): two numbers when admitted within PACK`)
+    t.equal(reply[0], 4 * 4 + 3, `${name} (lone): admitted, 4 left, resetMs and nextMs packed`)
+    const resetMs = Math.floor(reply[1] as number / PACK)
+    t.ok(resetMs > 0 && resetMs <= 1000 && (reply[1] as number) % PACK <= 1000, `${name} (lone): resetMs ${resetMs}, nextMs ${(reply[1] as number) % PACK}`)
     await client.del(key)
     await client.hset(key, 'not', 'a state')
     const failed = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
@@ -339,20 +345,23 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty; no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
   const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', 1) as unknown[]
-  t.equal(batch[0], 4 * 4 + 1, 'batch: decision 1 ran and admitted, 4 left')
-  t.equal(batch.length, 3, 'batch: three numbers for an admitted block')
+  t.same(batch, [4 * 4 + 3, packed(500, 500)], 'batch: decision 1 ran and admitted, 4 left: two numbers, 500 ms to the window\'s end')
   const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', -2, 1, 3) as unknown[]
-  t.equal(costly[0], 1 * 4 + 1, 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
+  t.equal(costly[0], 1 * 4 + 3, 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
+  await client.del(key)
+  // A window of 100,000,000 ms (27.8 h): 99,998,500 ms to its end is beyond PACK, so the three-number form.
+  const long = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|100000000|5||', '', 1) as unknown[]
+  t.same(long, [4 * 4 + 1, 99_998_500, 99_998_500], 'batch: admitted beyond PACK: remaining * 4 + 1, resetMs, nextMs')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.
   const periodKey = `${prefix}:{period}`
   const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, '1|2|1000|2||', '1000:5000:12000:20000', 1) as unknown[]
-  // Per block: remaining * 4 + allowed, resetMs, retryAfterMs unless admitted, nextMs.
-  t.same(await at(4000), [1 * 4 + 1, 1000, 1000], 'the previous period [1000, 5000): 1 s to its end')
+  // Per block: remaining * 4 + allowed, resetMs, retryAfterMs unless admitted, nextMs (admitted: packed, see above).
+  t.same(await at(4000), [1 * 4 + 3, packed(1000, 1000)], 'the previous period [1000, 5000): 1 s to its end')
   t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')
-  t.same(await at(5000), [1 * 4 + 1, 7000, 7000], 'the current period [5000, 12000): a fresh count, 7 s to its end')
-  t.same(await at(19_000), [1 * 4 + 1, 1000, 1000], 'the next period [12000, 20000)')
-  t.same(await at(19_500), [0 * 4 + 1, 500, 500])
+  t.same(await at(5000), [1 * 4 + 3, packed(7000, 7000)], 'the current period [5000, 12000): a fresh count, 7 s to its end')
+  t.same(await at(19_000), [1 * 4 + 3, packed(1000, 1000)], 'the next period [12000, 20000)')
+  t.same(await at(19_500), [0 * 4 + 3, packed(500, 500)])
   t.same(await at(19_600), [0 * 4 + 0, 400, 400, 400], 'refused until the next period\'s end: four values')
   const outside = await at(20_000)
   t.equal(outside.length, 1, 'beyond the periods sent: that decision fails, alone')

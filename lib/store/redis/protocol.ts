@@ -198,17 +198,29 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
   return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, run.specText, call.costs[0] as number, now === undefined ? '' : String(now)] }
 }
 
+/** An admitted block's resetMs and nextMs in one reply integer, resetMs * PACK + nextMs (scripts/reply.lua). */
+const PACK = 67108864
+
 /**
  * A decision's blocks from list[at] on, as the scripts send them (batch.lua:
  * `remaining * 4 + allowed`, resetMs, retryAfterMs unless allowed is 1,
- * nextMs), into DECISION_STRIDE values each; the position after them, or -1
- * when the reply is not laid out so.
+ * nextMs; or `remaining * 4 + 3` and resetMs * PACK + nextMs), into
+ * DECISION_STRIDE values each; the position after them, or -1 when the
+ * reply is not laid out so.
  */
 function readBlocks (list: readonly unknown[], at: number, blocks: number, values: number[]): number {
   for (let b = 0; b < blocks; b++) {
     const head = list[at]
-    if (!Number.isInteger(head) || (head as number) < 0 || (head as number) % 4 === 3) return -1
+    if (!Number.isInteger(head) || (head as number) < 0) return -1
     const allowed = (head as number) % 4
+    if (allowed === 3) {
+      const packed = list[at + 1]
+      if (!Number.isInteger(packed) || (packed as number) < 0) return -1
+      const resetMs = Math.floor((packed as number) / PACK)
+      values.push(1, ((head as number) - 3) / 4, resetMs, 0, (packed as number) - resetMs * PACK)
+      at += 2
+      continue
+    }
     const width = allowed === 1 ? 3 : 4
     for (let i = 1; i < width; i++) if (typeof list[at + i] !== 'number') return -1
     values.push(allowed, ((head as number) - allowed) / 4, list[at + 1] as number, allowed === 1 ? 0 : list[at + 2] as number, list[at + width - 1] as number)

@@ -106,7 +106,7 @@ return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 /**
  * A lone decision's call: `fn` (an algorithm's function) on its spec's numbers
  * (ARGV[1], spec.lua), the cost ('1' read without strtod) and now, replying as
- * the batch script's straight decision does (batch.lua: three or four values),
+ * the batch script's straight decision does (batch.lua: two, three or four values),
  * or the error text alone.
  */
 export function loneCall (fn: string): string {

@@ -135,6 +135,16 @@ test('splitBatchReply reads the compact reply: five values per block (an admitte
   t.same(refused, [0, 0, 20_000, 20_000, 20_000], 'refused: its retryAfterMs sent')
   t.ok(failed instanceof Error && (failed as { code?: string }).code === 'FST_RRL_SCRIPT_ERROR' && /WRONGTYPE/.test(failed.message), `the bad key's decision alone failed (${String(failed)})`)
   // 7 = remaining 1, allowed 3: resetMs and nextMs packed in the next value, which must be a whole number >= 0.
+  // Packed (two integers) and three-integer admitted blocks side by side: a 2-day window's reset is beyond 2^26 ms.
+  const dayRun = testRun({ algorithm: 'fixed-window', limit: 5, windowMs: 2 * 86_400_000, shadow: false })
+  const mixed = [run, dayRun, run].map((r, i) => decideCall({ runs: [r], keys: [`s:{k}:mixed${i}`], costs: [1] }, 'charge', noop, noop))
+  const toEnd = 2 * 86_400_000 - now % (2 * 86_400_000)
+  t.ok(toEnd >= 2 ** 26, `the day window's reset (${toEnd} ms) is beyond the packed form`)
+  t.same(splitBatchReply(mixed, await admin.call('FCALL', library.batch, ...frameBatch(mixed, now).map(String))), [
+    [1, 0, 20_000, 0, 20_000],
+    [1, 4, toEnd, 0, toEnd],
+    [1, 0, 20_000, 0, 20_000]
+  ], 'each block read in its own form, in order')
   for (const source of ['return { 7, -1, 7, 1 }', 'return { 7 }', "return { 7, 'x' }", 'return { 6, 1, 2 }', "return { 5, 'x', 1 }", 'return { 5, 1 }']) {
     const other = await admin.eval(source, 0)
     const split = splitBatchReply(calls.slice(0, 2), other)

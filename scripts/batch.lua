@@ -41,8 +41,8 @@
 -- allowed is 1 (it is 0 then), then nextMs: three integers for an admitted
 -- block, four otherwise (each integer of a reply costs Redis a few hundred
 -- instructions and ioredis 0.1-0.3 µs). An admitted block whose resetMs and
--- nextMs are both below PACK (reply.lua) answers two: `remaining * 4 + 3`,
--- then resetMs * PACK + nextMs. Adjustments answer one per entry:
+-- nextMs are both below REPLY_PACK (reply.lua) answers two: `remaining * 4 + 3`,
+-- then resetMs * REPLY_PACK + nextMs. Adjustments answer one per entry:
 -- 1 when it changed something, else 0. reply.lua writes it (emit), protocol.ts
 -- splitBatchReply reads it.
 -- A calendar period's block: fixed-window over the period holding now (its start
@@ -109,9 +109,9 @@ while at <= last do
   if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
   if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
-    if ok and a == 1 and reset < PACK and nextMs < PACK and reset >= 0 and nextMs >= 0 then
+    if ok and a == 1 and reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
       -- emit's packed admitted case, inline: the call to it cost 500 instructions a decision (benchmarks/instructions.ts)
-      out[o + 1], out[o + 2] = r * 4 + 3, reset * PACK + nextMs
+      out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs
       o = o + 2
     elseif ok then
       o = emit(o, a, r, reset, retry, nextMs)

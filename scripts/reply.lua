@@ -13,20 +13,19 @@ end
 -- five values per decision cost as much again.
 local out = {}
 
--- An admitted block's resetMs and nextMs travel as one integer, resetMs * PACK
--- + nextMs, when both are below PACK ms (18.6 h; every algorithm's are whole
--- ms): its head is then remaining * 4 + 3. One integer fewer per admitted
--- block: about 250 Redis instructions and 0.1-0.2 µs of ioredis's decoding
--- (docs/performance.md, round 8).
-local PACK = 67108864
+-- An admitted block's resetMs and nextMs travel as one integer, resetMs *
+-- REPLY_PACK + nextMs (protocol.ts), when both are below REPLY_PACK ms (18.6 h;
+-- every algorithm's are whole ms): its head is then remaining * 4 + 3. One
+-- integer fewer per admitted block: about 250 Redis instructions and 0.1-0.2 µs
+-- of ioredis's decoding (docs/performance.md, round 8).
 
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an
--- admitted block within PACK, remaining * 4 + 3 and the packed pair; the new o.
+-- admitted block within REPLY_PACK, remaining * 4 + 3 and the packed pair; the new o.
 local function emit (o, a, r, reset, retry, nextMs)
   if a == 1 then
-    if reset < PACK and nextMs < PACK and reset >= 0 and nextMs >= 0 then
-      out[o + 1], out[o + 2] = r * 4 + 3, reset * PACK + nextMs
+    if reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
+      out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs
       return o + 2
     end
     out[o + 1], out[o + 2], out[o + 3] = r * 4 + 1, reset, nextMs

@@ -40,6 +40,12 @@ export const DECISION_STRIDE = 5
 /** Values per entry of an adjustment call: kind, spec, units, elapsed ms. */
 export const ADJUST_STRIDE = 4
 
+/**
+ * An admitted block's resetMs and nextMs in one reply integer, resetMs *
+ * REPLY_PACK + nextMs, when both are below it (2^26 ms, 18.6 h; scripts/reply.lua).
+ */
+export const REPLY_PACK = 2 ** 26
+
 /** A decision or peek as the batch script takes it (its ARGV is framed per batch). */
 export interface DecisionCall extends StoreRequest {
   kind: 'decide'
@@ -198,13 +204,10 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
   return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, run.specText, call.costs[0] as number, now === undefined ? '' : String(now)] }
 }
 
-/** An admitted block's resetMs and nextMs in one reply integer, resetMs * PACK + nextMs (scripts/reply.lua). */
-const PACK = 67108864
-
 /**
  * A decision's blocks from list[at] on, as the scripts send them (batch.lua:
  * `remaining * 4 + allowed`, resetMs, retryAfterMs unless allowed is 1,
- * nextMs; or `remaining * 4 + 3` and resetMs * PACK + nextMs), into
+ * nextMs; or `remaining * 4 + 3` and resetMs * REPLY_PACK + nextMs), into
  * DECISION_STRIDE values each; the position after them, or -1 when the
  * reply is not laid out so.
  */
@@ -216,8 +219,8 @@ function readBlocks (list: readonly unknown[], at: number, blocks: number, value
     if (allowed === 3) {
       const packed = list[at + 1]
       if (!Number.isInteger(packed) || (packed as number) < 0) return -1
-      const resetMs = Math.floor((packed as number) / PACK)
-      values.push(1, ((head as number) - 3) / 4, resetMs, 0, (packed as number) - resetMs * PACK)
+      const resetMs = Math.floor((packed as number) / REPLY_PACK)
+      values.push(1, ((head as number) - 3) / 4, resetMs, 0, (packed as number) - resetMs * REPLY_PACK)
       at += 2
       continue
     }

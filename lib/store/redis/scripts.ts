@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { ADJUST_STRIDE, DECISION_STRIDE, MULTI_STRIDE, SPEC_STRIDE } from './protocol.js'
+import { ADJUST_STRIDE, DECISION_STRIDE, MULTI_STRIDE, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -85,9 +85,9 @@ export function batchDriver (sources: ScriptSources): string {
   return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}\n${sources.paths}`)
 }
 
-/** The stride constants and the prelude: the top of every script, and of the Functions library. */
+/** The wire constants (protocol.ts) and the prelude: the top of every script, and of the Functions library. */
 export function prelude (sources: ScriptSources): string {
-  return `local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}
+  return `local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}, ${REPLY_PACK}
 ${sources.prelude}`
 }
 

@@ -40,14 +40,24 @@ local function topSeq (key, nowStr)
   return top
 end
 
+-- The ms an entry was added at, from its member "<ms>:<seq>" (its score):
+-- a score read WITHSCORES costs Redis a %.17g formatting per entry, about
+-- 4,000 instructions a decision (benchmarks/instructions.ts). A member of
+-- another form is not ours: its score then.
+local function addedAt (key, member)
+  local colon = find(member, ':', 1, true)
+  local ms = colon and tonumber(sub(member, 1, colon - 1))
+  if ms then return ms end
+  return tonumber(call('ZSCORE', key, member))
+end
+
 -- ms until the k-th oldest entry expires (k >= 1, count >= k). Ranks go as
 -- integer text: Redis formats a Lua number argument with %.14g (every number
 -- argument in this file, for the same reason).
 local function expiryOf (key, k, w, now)
   local rank = '0'
   if k > 1 then rank = format('%d', k - 1) end
-  local r = call('ZRANGE', key, rank, rank, 'WITHSCORES')
-  return tonumber(r[2]) + w - now
+  return addedAt(key, call('ZRANGE', key, rank, rank)[1]) + w - now
 end
 
 -- A refusal's reset, retry and next in ms: until the newest entry expires, until
@@ -57,10 +67,10 @@ end
 local function refusal (key, count, limit, w, cost, now, more)
   local k = count + cost - limit
   if count - more < 16 then
-    local r = call('ZRANGE', key, format('%d', more - 1), '-1', 'WITHSCORES')
+    local r = call('ZRANGE', key, format('%d', more - 1), '-1')
     local retry = w
-    if cost <= limit then retry = tonumber(r[(k - more) * 2 + 2]) + w - now end
-    return tonumber(r[#r]) + w - now, retry, tonumber(r[2]) + w - now
+    if cost <= limit then retry = addedAt(key, r[k - more + 1]) + w - now end
+    return addedAt(key, r[#r]) + w - now, retry, addedAt(key, r[1]) + w - now
   end
   local retry = w
   if cost <= limit then retry = expiryOf(key, k, w, now) end
@@ -92,7 +102,7 @@ return function (key, limit, w, _, cost, now, mode)
     -- expiryOf(key, 1) and, for one unit, addUnits written inline: each Lua call, and
     -- addUnits' table, cost hundreds of instructions a decision (benchmarks/instructions.ts)
     local nextMs = w
-    if count > 0 then nextMs = tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]) + w - now end
+    if count > 0 then nextMs = addedAt(key, call('ZRANGE', key, '0', '0')[1]) + w - now end
     if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
     local added
     if cost == 1 then

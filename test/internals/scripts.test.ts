@@ -297,6 +297,15 @@ test('redis.call per path, on a real Redis', async (t) => {
   keys.push(`${key}:big`)
   t.same(big.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZADD', 'ZADD', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: cost 2500 = 3 ZADD chunks')
   t.equal(await client.zcard(`${key}:big`), 2500)
+  // entries are read by member ("<ms>:<seq>"), not WITHSCORES; one of another form by its score
+  const foreign = `${key}:foreign`
+  keys.push(foreign)
+  await client.zadd(foreign, B - 5, 'not-ours')
+  const odd = await run('sliding-log', foreign, [3, W, 3, 1, B])
+  t.same(odd.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE', 'ZSCORE', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: a foreign member costs one ZSCORE')
+  t.same(odd.reply, [1, 1, W, 0, W - 5], 'sliding-log: the next unit frees when the foreign entry expires')
+  const full = await run('sliding-log', foreign, [3, W, 3, 2, B + 1])
+  t.same(full.reply, [0, 1, W - 1, W - 6, W - 6], 'sliding-log: a refusal reads the foreign entry by its score too')
 })
 
 test('the scripts load and run by SHA, the SHA computed at startup equal to what SCRIPT LOAD returns', async (t) => {

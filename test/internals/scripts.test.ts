@@ -297,6 +297,13 @@ test('redis.call per path, on a real Redis', async (t) => {
   keys.push(`${key}:big`)
   t.same(big.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZADD', 'ZADD', 'ZADD', `PEXPIRE ${W}`], 'sliding-log: cost 2500 = 3 ZADD chunks')
   t.equal(await client.zcard(`${key}:big`), 2500)
+  // a refusal behind a long log (16 entries or more after the next one to free) reads each entry it needs alone
+  const long = `${key}:long`
+  keys.push(long)
+  for (let i = 0; i < 20; i++) await run('sliding-log', long, [20, W, 20, 1, B + i])
+  const behind = await run('sliding-log', long, [20, W, 20, 1, B + 20])
+  t.same(behind.calls, ['ZREMRANGEBYSCORE', 'ZCARD', 'ZRANGE', 'ZRANGE', 'ZRANGE'], 'sliding-log: a long log\'s refusal = one ZRANGE per entry read')
+  t.same(behind.reply, [0, 0, W - 1, W - 20, W - 20], 'sliding-log: reset from the newest entry, retry and next from the oldest')
   // entries are read by member ("<ms>:<seq>"), not WITHSCORES; one of another form by its score
   const foreign = `${key}:foreign`
   keys.push(foreign)

@@ -18,7 +18,7 @@
 local SLOT_RETRY_MS = 1000
 
 -- The key lives as long as its longest lease. Numbers go to Redis as integer
--- text: a Lua number argument is formatted with %.14g, which costs more.
+-- text: a Lua number argument is formatted with %.17g, which costs more.
 local function keep (key, lease)
   if call('PTTL', key) < lease then call('PEXPIRE', key, format('%d', lease)) end
 end

@@ -52,7 +52,7 @@ local function addedAt (key, member)
 end
 
 -- ms until the k-th oldest entry expires (k >= 1, count >= k). Ranks go as
--- integer text: Redis formats a Lua number argument with %.14g (every number
+-- integer text: Redis formats a Lua number argument with %.17g (every number
 -- argument in this file, for the same reason).
 local function expiryOf (key, k, w, now)
   local rank = '0'

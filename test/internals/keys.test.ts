@@ -1,5 +1,5 @@
 import { test } from 'tap'
-import { createHmac } from 'node:crypto'
+import { createHash, createHmac } from 'node:crypto'
 import fc from 'fast-check'
 import type { FastifyRequest } from 'fastify'
 import { compileIdentity, type IdentityPartSpec } from '../../lib/keys/identity.js'
@@ -223,6 +223,13 @@ test('property: raw identity values through the real identity code never collide
   t.not(userKey('/a:b', 'c'), userKey('/a', 'b:c'))
   t.not(userKey('/a', 'b|u=c'), userKey('/a|u=b', 'c'))
   t.not(render(['user', 'api-key'], request('a,k=b', 'c', '1.2.3.4')), render(['user', 'api-key'], request('a', 'b,k=c', '1.2.3.4')))
+})
+
+test('identity hashes are the SHA-256 of the value\'s UTF-8, 132 bits in base64url, as old instances compute them (shared keys in a rolling deploy)', async (t) => {
+  t.equal(hashValue('alice'), 'K9gGyX8OAK8aH8Myj6djqS', 'a known value')
+  fc.assert(fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), (value) => {
+    return hashValue(value) === createHash('sha256').update(value, 'utf8').digest('base64url').slice(0, 22)
+  }), { numRuns: 2000 })
 })
 
 test('hashSecret: HMAC-SHA256 with the same shape; another secret, another key; a private copy of the secret', async (t) => {

@@ -87,6 +87,7 @@ for (const topology of ['standalone', 'cluster'] as const) {
     t.ok(codes.filter((code) => code === 200).length >= 5, `some were admitted (${codes.filter((code) => code === 200).length})`)
     t.ok(running.max <= 5, `at most 5 handlers ran at once (saw ${running.max})`)
     t.ok(running.max >= 1)
+    for (const instance of apps) t.equal(instance.rateLimit.stats().degraded, 0, 'every decision came from Redis')
     const refused = replies.find((reply) => reply.statusCode === 429)
     if (refused !== undefined) {
       t.equal(refused.headers['retry-after'], '1', 'a refusal says Retry-After: 1')

@@ -19,7 +19,7 @@ export type ClientKind = 'recommended' | 'default'
 /** The ioredis options the README recommends, as the fault tests use them. */
 export const RECOMMENDED_OPTIONS = {
   enableOfflineQueue: false,
-  commandTimeout: 100,
+  commandTimeout: 1000,
   autoResendUnfulfilledCommands: false,
   maxRetriesPerRequest: 1,
   retryStrategy: (times: number): number => Math.min(times * 50, 200)

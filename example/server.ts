@@ -67,7 +67,7 @@ if (redisUrl !== undefined && redisUrl !== '') {
   await app.register(fastifyRedis, {
     url: redisUrl,
     enableOfflineQueue: false,
-    commandTimeout: 100,
+    commandTimeout: 1000,
     maxRetriesPerRequest: 1,
     autoResendUnfulfilledCommands: false,
     retryStrategy: (attempt: number) => Math.min(attempt * 50, 200)

@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto'
 import { identityHasher, type ValueHasher } from '../lib/keys/layout.js'
+import { nsPerCall } from './common.js'
 import { loadAverage, waitForQuiet } from './quiet.js'
 
 const ITERATIONS = Number(process.argv[2] ?? 500_000)
@@ -19,16 +20,8 @@ const MAX_LOAD = 1.5
 const values = Array.from({ length: 1000 }, (_, i) => `key_live_${String(i).padStart(4, '0')}_abcdefghijklmnopqrstuvwx`)
 
 function measure (label: string, hasher: ValueHasher): number {
-  const samples: number[] = []
-  let sink = 0
-  for (let round = 0; round < ROUNDS; round++) {
-    const started = process.hrtime.bigint()
-    for (let i = 0; i < ITERATIONS; i++) sink += hasher(values[i % 1000] as string).length
-    samples.push(Number(process.hrtime.bigint() - started) / ITERATIONS)
-  }
-  samples.sort((a, b) => a - b)
-  const median = samples[ROUNDS >> 1] as number
-  console.log(`${label.padEnd(52)} ${median.toFixed(0).padStart(6)} ns/value (rounds ${samples.map((s) => s.toFixed(0)).join(' ')})${sink === 0 ? ' (no output)' : ''}`)
+  const { median, rounds } = nsPerCall(ROUNDS, ITERATIONS, (i) => hasher(values[i % 1000] as string).length)
+  console.log(`${label.padEnd(52)} ${median.toFixed(0).padStart(6)} ns/value (rounds ${rounds.map((s) => s.toFixed(0)).join(' ')})`)
   return median
 }
 

@@ -11,6 +11,7 @@ import { Overrides } from '../lib/api/overrides.js'
 import { compilePolicy, runsForTier, type CompileContext } from '../lib/policy/policy.js'
 import { assembleKeys, blockId } from '../lib/keys/layout.js'
 import type { BlockRun } from '../lib/store/port.js'
+import { nsPerCall } from './common.js'
 
 const ITERATIONS = Number(process.argv[2] ?? 2_000_000)
 const ROUNDS = 7
@@ -23,16 +24,8 @@ const identities = Array.from({ length: 1000 }, (_, i) => [`ip=10.0.${i >> 8}.${
 
 function measure (label: string, apply: (runs: readonly BlockRun[], keys: readonly string[]) => readonly BlockRun[]): number {
   const runs = runsForTier(policy, undefined)
-  const samples: number[] = []
-  let sink = 0
-  for (let round = 0; round < ROUNDS; round++) {
-    const started = process.hrtime.bigint()
-    for (let i = 0; i < ITERATIONS; i++) sink += apply(runs, assembleKeys(policy, identities[i % 1000] as string[])).length
-    samples.push(Number(process.hrtime.bigint() - started) / ITERATIONS)
-  }
-  samples.sort((a, b) => a - b)
-  const median = samples[ROUNDS >> 1] as number
-  console.log(`${label.padEnd(58)} ${median.toFixed(1).padStart(6)} ns/call (rounds ${samples.map((s) => s.toFixed(1)).join(' ')})${sink === 0 ? '' : ''}`)
+  const { median, rounds } = nsPerCall(ROUNDS, ITERATIONS, (i) => apply(runs, assembleKeys(policy, identities[i % 1000] as string[])).length)
+  console.log(`${label.padEnd(58)} ${median.toFixed(1).padStart(6)} ns/call (rounds ${rounds.map((s) => s.toFixed(1)).join(' ')})`)
   return median
 }
 

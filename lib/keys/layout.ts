@@ -35,7 +35,7 @@ const MAX_ROUTE_LENGTH = 44
 export const MAX_IDENTITY_LENGTH = 44
 const HASH_CHARS = 22 // 132 bits of SHA-256, base64url
 
-/** SHA-256 by Node's one-shot `crypto.hash`: no Hash object per request (about a third of createHash's cost, benchmarks/identity-hash.ts). */
+/** SHA-256 by Node's one-shot `crypto.hash`: no Hash object per request (about half of createHash's time, benchmarks/identity-hash.ts). */
 export function hashValue (value: string): string {
   return hash('sha256', value, 'base64url').slice(0, HASH_CHARS)
 }

@@ -1,0 +1,219 @@
+/**
+ * Compares what clients and instances saw in one run with the reference model
+ * of each block, allowing only for what the docs declare (test/chaos/README.md
+ * lists every invariant and its allowance). Times are wall-clock ms on this
+ * host, which Redis TIME also reads.
+ *
+ * A request's charge happened inside [lo, hi]: lo is when the instance read
+ * it; the dispatcher writes a turn's decisions in that turn's setImmediate and
+ * Redis runs them on arrival, so hi is lo + CHARGE_MS unless a Redis fault
+ * overlapped the decision (then: when the decision was known, or the fault's
+ * end for a decision that degraded, since Redis may still run its call).
+ */
+import { CLIENT_TIMEOUT_MS, type Run } from './runner.js'
+import { modelAdmits, type ModelEvent } from './model.js'
+import { DEFAULTS, OVERRIDE, ROUTES, routeById, type ChaosRoute } from './routes.js'
+import type { ChaosRequest } from './schedule.js'
+import type { ServerRecord } from './fleet.js'
+
+export interface Violation {
+  invariant: string
+  /** Count, order and state invariants fail a seed anywhere; `time` ones only in strict runs. */
+  kind: 'state' | 'time'
+  detail: string
+}
+
+/** Bound on the time from an instance reading a request to Redis running its call, with no Redis fault about. */
+const CHARGE_MS = 30
+/** How long after a Redis fault its effects may still show: one cooldown, two timeouts and a margin. */
+const AFTERMATH_MS = DEFAULTS.cooldownMs + 2 * DEFAULTS.timeoutMs + 300
+/** A fleet record reaches every instance by its second poll after it was set (plus a margin). */
+const RECORD_MS = 2 * DEFAULTS.pollMs + 300
+const REDIS_FAULTS = new Set(['redis-stop', 'client-pause', 'redis-restart', 'wrong-type'])
+
+type Outcome = 'admitted' | 'refused' | 'banned' | 'degraded-open' | 'degraded-closed' | 'unknown' | 'never-arrived'
+
+interface Obs {
+  r: ChaosRequest
+  route: ChaosRoute
+  s: ServerRecord | undefined
+  outcome: Outcome
+  lo: number
+  hi: number
+  /** When the response closed (undefined: never known). */
+  end: number | undefined
+  /** Units given back (settle below the reservation, refundOn), or charged (settle above). */
+  delta: number
+}
+
+export interface CheckOptions {
+  /** Extra ms each request may take beyond its documented bound; Infinity skips the time invariant. */
+  timeSlackMs: number
+}
+
+export function check (run: Run, options: CheckOptions): Violation[] {
+  const out: Violation[] = []
+  const add = (invariant: string, detail: string, kind: 'state' | 'time' = 'state'): void => { out.push({ invariant, kind, detail }) }
+  const redisFaults = run.faults.filter((f) => REDIS_FAULTS.has(f.fault.kind))
+  const faultNear = (from: number, to: number, after = 0): { start: number, end: number } | undefined =>
+    redisFaults.find((f) => f.start <= to && f.end + after >= from)
+  const resets = run.faults.flatMap((f) => f.fault.kind === 'redis-restart'
+    ? [[f.start, f.end] as const]
+    : f.fault.kind === 'wrong-type' ? [[f.start, f.start + 100] as const, [f.end - 20, f.end + 20] as const] : [])
+  const restarts = run.faults.filter((f) => f.fault.kind === 'redis-restart')
+  const servers = new Map(run.servers.map((s) => [s.id, s]))
+  const downAt = (inst: number, from: number, to: number): boolean => (run.down[inst] ?? []).some(([a, b]) => a <= to && b >= from)
+  const label = (o: Obs): string => `#${o.r.id} +${(o.s?.t0 ?? run.start + o.r.at) - run.start} ms ${o.route.id} ${o.r.user} on instance ${o.r.inst}`
+
+  for (const message of run.unhandled) add('no-unhandled', message)
+  for (const message of run.errors) add('harness', message)
+
+  const all: Obs[] = run.clients.map((c) => {
+    const r = run.schedule.requests[c.id] as ChaosRequest
+    const route = routeById.get(r.route) as ChaosRoute
+    const s = servers.get(c.id)
+    let outcome: Outcome
+    if (s === undefined) outcome = c.error === 'ECONNREFUSED' ? 'never-arrived' : 'unknown'
+    else if (s.status === 429) outcome = 'refused'
+    else if (s.status === 403) outcome = 'banned'
+    else if (s.status === 503) outcome = 'degraded-closed'
+    else outcome = s.degraded ? 'degraded-open' : 'admitted'
+    const lo = s?.t0 ?? c.sent
+    const decided = s?.tDec ?? s?.tEnd ?? c.answered ?? c.sent + CLIENT_TIMEOUT_MS
+    const fault = faultNear(lo, decided)
+    let hi = fault === undefined ? Math.min(decided, lo + CHARGE_MS) : decided
+    if (fault !== undefined && (outcome === 'degraded-open' || outcome === 'degraded-closed' || outcome === 'unknown')) hi = Math.max(hi, fault.end + DEFAULTS.timeoutMs)
+    let delta = 0
+    if (s !== undefined && outcome === 'admitted') {
+      if (route.settle === true) delta = (r.use ?? 0) - r.cost
+      else if (route.refundOn === true && s.status >= 500) delta = -r.cost
+    }
+    return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta }
+  })
+
+  for (const o of all) {
+    const c = run.clients[o.r.id]!
+    // Every request to a live instance is answered.
+    if (c.error === 'timeout' && !downAt(o.r.inst, c.sent, c.sent + CLIENT_TIMEOUT_MS)) add('answered', `${label(o)}: no response within ${CLIENT_TIMEOUT_MS} ms`)
+    if (o.s !== undefined && o.s.status >= 500 && o.s.status !== 503 && !(o.s.status === 500 && o.r.throws)) add('no-500', `${label(o)}: status ${o.s.status}`)
+    if (o.s !== undefined && ![200, 403, 429, 500, 503].includes(o.s.status)) add('status', `${label(o)}: status ${o.s.status}`)
+    // Answered within the decision bound, plus the handler, plus the lag the instance measured.
+    if (c.answered !== undefined && o.s !== undefined && Number.isFinite(options.timeSlackMs)) {
+      const handler = o.outcome === 'admitted' || o.outcome === 'degraded-open' ? o.r.sleepMs : 0
+      const bound = 2 * DEFAULTS.timeoutMs + handler + o.s.lagMs + options.timeSlackMs
+      if (c.answered - c.sent > bound) add('time-bound', `${label(o)}: answered after ${c.answered - c.sent} ms, bound ${bound} ms (handler ${handler}, lag ${o.s.lagMs})`, 'time')
+    }
+    // Once Redis faults are over (plus one cooldown and two timeouts), nothing degrades.
+    if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) {
+      add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms`)
+    }
+  }
+
+  checkBans(run, all, restarts, add, label)
+  for (const route of ROUTES) {
+    for (const user of run.schedule.users) {
+      const stream = all.filter((o) => o.route === route && o.r.user === user)
+      if (route.algorithm === 'concurrency') checkSlots(run, stream, faultNear, add, label)
+      else checkRates(run, route, user, stream, faultNear, resets, restarts, add, label)
+    }
+  }
+  return out
+}
+
+type Add = (invariant: string, detail: string, kind?: 'state' | 'time') => void
+type FaultNear = (from: number, to: number, after?: number) => { start: number, end: number } | undefined
+
+function checkBans (run: Run, all: Obs[], restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
+  const bans = run.faults.filter((f) => f.fault.kind === 'ban' && f.setAt !== undefined)
+  for (const o of all) {
+    if (o.s === undefined) continue
+    const own = bans.filter((b) => b.fault.kind === 'ban' && b.fault.user === o.r.user)
+    // A restart without persistence loses the ban with the rest of the data.
+    const lostAt = (b: typeof own[number]): number => Math.min(b.clearedAt ?? Infinity, ...restarts.filter((x) => x.start > b.setAt!).map((x) => x.start))
+    const certain = own.some((b) => o.lo >= b.setAt! + RECORD_MS && o.hi < lostAt(b))
+    const possible = own.some((b) => o.hi >= b.start && o.lo <= lostAt(b) + RECORD_MS)
+    if (certain && o.outcome !== 'banned') add('ban-honoured', `${label(o)}: status ${o.s.status} although ${o.r.user} was banned ${o.lo - own[0]!.setAt!} ms before`)
+    if (!possible && o.outcome === 'banned') add('no-ban-without-ban', `${label(o)}: 403 with no ban in force`)
+  }
+}
+
+function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, add: Add, label: (o: Obs) => string): void {
+  const lease = DEFAULTS.leaseMs
+  const killedAt = (o: Obs): number => Math.min(...(run.down[o.r.inst] ?? []).map(([a]) => a).filter((a) => a >= o.lo), Infinity)
+  for (const q of stream) {
+    // Never more than N (= 1) in flight: two admissions held their slots at once.
+    if (q.outcome === 'admitted' && q.s?.tDec !== undefined) {
+      const other = stream.find((r) => r !== q && r.outcome === 'admitted' && r.s?.tDec !== undefined && r.s.tDec < q.s!.tDec! && r.s.tEnd > q.s!.tDec! + CHARGE_MS)
+      if (other !== undefined) add('concurrency-bound', `${label(q)} admitted while ${label(other)} held the only slot`)
+    }
+    if (q.outcome !== 'refused') continue
+    if (faultNear(q.lo - 2 * DEFAULTS.timeoutMs, q.hi) !== undefined) continue
+    // A refusal needs something of the caller's possibly in flight: its own requests, a killed instance's slots until their lease ends.
+    const holder = stream.find((r) => r !== q && r.lo <= q.hi && (r.outcome === 'admitted' || r.outcome === 'degraded-open' || r.outcome === 'unknown') &&
+      (r.end !== undefined ? Math.max(r.end, r.hi) + CHARGE_MS : Math.min(killedAt(r) + lease, r.lo + CLIENT_TIMEOUT_MS + lease)) >= q.lo)
+    if (holder === undefined) add('no-slot-refusal-when-idle', `${label(q)}: 429 with nothing of the caller's in flight`)
+  }
+}
+
+function overrideLimit (run: Run, route: ChaosRoute, user: string, lo: number, hi: number, restarts: Run['faults'], strict: boolean): number {
+  if (route.id !== OVERRIDE.route) return route.limit
+  for (const f of run.faults) {
+    if (f.fault.kind !== 'override' || f.fault.user !== user || f.setAt === undefined) continue
+    const lost = Math.min(f.clearedAt ?? Infinity, ...restarts.filter((x) => x.start > f.setAt!).map((x) => x.start))
+    if (strict ? lo >= f.setAt + RECORD_MS && hi < lost : hi >= f.start && lo <= lost + RECORD_MS) return OVERRIDE.limit
+  }
+  return route.limit
+}
+
+function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], faultNear: FaultNear, resets: ReadonlyArray<readonly [number, number]>, restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
+  const resetBetween = (from: number, to: number, certain: boolean): boolean => resets.some(([a, b]) => certain ? a > from && b < to : a <= to && b >= from)
+  for (const q of stream) {
+    if (q.outcome === 'admitted') {
+      // Most favourable to admission: only charges certainly before q and certainly kept, at their earliest;
+      // every give-back possibly before q, with the shortest elapsed time.
+      const events: ModelEvent[] = []
+      for (const r of stream) {
+        if (r === q || r.outcome !== 'admitted' || r.hi >= q.lo || resetBetween(r.lo, q.hi, false)) continue
+        events.push({ kind: 'charge', at: r.lo, cost: r.r.cost })
+        if (r.end !== undefined && r.delta < 0 && r.end < q.hi) events.push({ kind: 'give-back', at: r.end, units: -r.delta, elapsedMs: Math.max(0, r.end - r.hi) })
+        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end + CHARGE_MS, units: r.delta, elapsedMs: 0 })
+      }
+      events.sort((a, b) => a.at - b.at)
+      const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, false)
+      if (!modelAdmits(route, events, q.hi, q.r.cost, limit)) add('admitted-within-model', `${label(q)}: admitted (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) refuses`)
+    } else if (q.outcome === 'refused') {
+      // Least favourable: every charge possibly before q (degraded and unknown ones too) at its latest,
+      // give-backs only when certainly applied before q, with the longest elapsed time.
+      const events: ModelEvent[] = []
+      for (const r of stream) {
+        if (r === q || r.lo >= q.hi || resetBetween(r.hi, q.lo, true)) continue
+        if (r.outcome !== 'admitted' && r.outcome !== 'degraded-open' && r.outcome !== 'degraded-closed' && r.outcome !== 'unknown') continue
+        events.push({ kind: 'charge', at: Math.min(r.hi, q.lo), cost: r.r.cost })
+        if (r.end !== undefined && r.delta < 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + CHARGE_MS) === undefined) {
+          events.push({ kind: 'give-back', at: r.end + CHARGE_MS, units: -r.delta, elapsedMs: r.end + CHARGE_MS - r.lo })
+        }
+        if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS, q.lo), units: r.delta, elapsedMs: 0 })
+      }
+      events.sort((a, b) => a.at - b.at)
+      const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)
+      if (!modelAdmits(route, events, q.lo, q.r.cost, limit)) continue
+      if (deniedLocally(q, stream)) continue
+      add('refused-only-by-model', `${label(q)}: 429 (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) admits`)
+    }
+  }
+}
+
+/**
+ * The instance's own deny cache may refuse until the retry time Redis gave
+ * an earlier refusal of the same key on it, unless that instance gave units
+ * back for the key since (other instances' give-backs do not reach it).
+ */
+function deniedLocally (q: Obs, stream: Obs[]): boolean {
+  return stream.some((r) => {
+    if (r === q || r.outcome !== 'refused' || r.s === undefined || r.r.inst !== q.r.inst) return false
+    const from = r.s.tDec ?? r.s.tEnd
+    if (from > q.lo || from + (r.s.retryAfterMs ?? 0) + 50 < q.lo) return false
+    const cleared = stream.some((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + CHARGE_MS < q.lo)
+    return !cleared
+  })
+}

@@ -1,0 +1,163 @@
+/**
+ * One chaos instance: a child process serving ROUTES on a real socket with
+ * the plugin's default options (only `redis`, `prefix` and `user` are set),
+ * an OpenTelemetry MeterProvider whose instruments can be told to throw
+ * (the "throwing metrics exporter" fault), and a host clock the parent can
+ * skew (Date.now is the host's clock to the plugin, runtime.ts).
+ *
+ * argv[2]: JSON { inst, port, prefix, nodes: [{ host, port }], cluster }.
+ * It reports to the parent over IPC: `ready`, one `record` per request when
+ * its response closes (times from the unskewed clock), `unhandled` for an
+ * unhandled rejection or uncaught exception, and replies to commands.
+ */
+import { metrics, type MeterProvider } from '@opentelemetry/api'
+import Fastify from 'fastify'
+import { Cluster, Redis } from 'ioredis'
+import { RECOMMENDED_OPTIONS } from '../helpers/clients.js'
+import { ROUTES, OVERRIDE } from './routes.js'
+
+interface Config { inst: number, port: number, prefix: string, nodes: Array<{ host: string, port: number }>, cluster: boolean }
+const config = JSON.parse(process.argv[2] as string) as Config
+const send = (message: unknown): void => { process.send?.(message) }
+
+const realNow = Date.now.bind(Date)
+let skewMs = 0
+Date.now = () => realNow() + skewMs
+
+process.on('unhandledRejection', (reason) => { send({ type: 'unhandled', message: `unhandledRejection: ${String((reason as Error)?.stack ?? reason)}` }) })
+process.on('uncaughtException', (error) => { send({ type: 'unhandled', message: `uncaughtException: ${String(error.stack ?? error)}` }) })
+
+let metricsThrow = false
+const fail = (): void => { if (metricsThrow) throw new Error('chaos: metrics exporter failed') }
+metrics.setGlobalMeterProvider({
+  getMeter: () => ({
+    createCounter: () => ({ add: fail }),
+    createHistogram: () => ({ record: fail })
+  })
+} as unknown as MeterProvider)
+
+// Event-loop lag, sampled every 10 ms, so the checker can add what this process measured to a request's bound.
+const lags: Array<[number, number]> = []
+let expected = realNow() + 10
+setInterval(() => {
+  const now = realNow()
+  lags.push([now, Math.max(0, now - expected)])
+  if (lags.length > 1000) lags.shift()
+  expected = now + 10
+}, 10).unref()
+function lagBetween (from: number, to: number): number {
+  let max = 0
+  for (const [at, ms] of lags) if (at >= from && at - ms <= to + 10 && ms > max) max = ms
+  return max
+}
+
+const redis = config.cluster
+  ? new Cluster(config.nodes, { enableOfflineQueue: false, redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 } })
+  : new Redis({ ...config.nodes[0], ...RECOMMENDED_OPTIONS })
+redis.on('error', () => {})
+await new Promise((resolve) => redis.once('ready', resolve))
+
+const { default: rateLimit } = await import('../../lib/index.js')
+const app = Fastify({ logger: false })
+// Before the plugin's hook, so refused requests have their arrival time too.
+app.addHook('onRequest', (request, reply, done) => {
+  const t0 = realNow()
+  reply.raw.once('close', () => {
+    const decision = request.rateLimit as { allowed: boolean, degraded: boolean, retryAfterMs: number } | undefined
+    send({
+      type: 'record',
+      id: Number(request.headers['x-req']),
+      inst: config.inst,
+      t0,
+      tDec: (request as unknown as { chaosDecided?: number }).chaosDecided,
+      tEnd: realNow(),
+      status: reply.statusCode,
+      finished: reply.raw.writableFinished,
+      degraded: decision?.degraded === true,
+      retryAfterMs: decision?.retryAfterMs,
+      lagMs: lagBetween(t0, realNow())
+    })
+  })
+  done()
+})
+await app.register(rateLimit, { redis, prefix: config.prefix, user: (request) => request.headers['x-user'] as string | undefined })
+
+// When the decision was known: preHandler for admitted requests, onSend for refusals.
+app.addHook('preHandler', (request, _reply, done) => {
+  (request as unknown as { chaosDecided?: number }).chaosDecided = realNow()
+  done()
+})
+app.addHook('onSend', (request, _reply, payload, done) => {
+  const own = request as unknown as { chaosDecided?: number }
+  own.chaosDecided ??= realNow()
+  done(null, payload)
+})
+
+const header = (request: { headers: Record<string, unknown> }, name: string): number => Number(request.headers[name] ?? 0)
+for (const route of ROUTES) {
+  const block: Record<string, unknown> = route.algorithm === 'concurrency'
+    ? { concurrency: route.limit }
+    : route.period !== undefined
+      ? { period: route.period, limit: route.limit }
+      : { algorithm: route.algorithm, limit: route.limit, window: route.windowMs }
+  block.onRedisError = route.onRedisError
+  if (route.maxCost > 1) block.cost = (request: { headers: Record<string, unknown> }) => Math.max(1, header(request, 'x-cost'))
+  if (route.settle === true) block.settle = (request: { headers: Record<string, unknown> }) => header(request, 'x-use')
+  if (route.refundOn === true) block.refundOn = (reply: { statusCode: number }) => reply.statusCode >= 500
+  app.route({
+    method: 'GET',
+    url: route.url,
+    ...(route.host !== undefined ? { constraints: { host: route.host } } : {}),
+    config: { rateLimit: block as never },
+    handler: async (request) => {
+      const sleep = header(request, 'x-sleep')
+      if (sleep > 0) await new Promise((resolve) => setTimeout(resolve, sleep))
+      if (request.headers['x-throw'] === '1') throw new Error('chaos: the handler threw')
+      return { ok: true }
+    }
+  })
+}
+
+type Command =
+  | { seq: number, cmd: 'stall', ms: number }
+  | { seq: number, cmd: 'skew', hours: number }
+  | { seq: number, cmd: 'metrics', throwing: boolean }
+  | { seq: number, cmd: 'ban', user: string }
+  | { seq: number, cmd: 'unban', id: string }
+  | { seq: number, cmd: 'override', user: string }
+  | { seq: number, cmd: 'clear', id: string }
+  | { seq: number, cmd: 'close' }
+
+const api = app.rateLimit
+async function run (command: Command): Promise<unknown> {
+  switch (command.cmd) {
+    case 'stall': {
+      const until = realNow() + command.ms
+      while (realNow() < until) { /* the event loop is stalled */ }
+      return true
+    }
+    case 'skew': skewMs = command.hours * 3_600_000; return true
+    case 'metrics': metricsThrow = command.throwing; return true
+    case 'ban': return (await api.ban({ identity: { user: command.user }, ttl: 60_000, actor: 'chaos', reason: 'schedule' })).id
+    case 'unban': return await api.unban(command.id, { actor: 'chaos', reason: 'schedule' })
+    case 'override': return (await api.setOverride({ target: OVERRIDE.target, identity: { user: command.user }, limit: OVERRIDE.limit, ttl: 60_000, actor: 'chaos', reason: 'schedule' })).id
+    case 'clear': return await api.clearOverride(command.id, { actor: 'chaos', reason: 'schedule' })
+    case 'close':
+      await app.close()
+      redis.disconnect()
+      setImmediate(() => process.exit(0))
+      return true
+  }
+}
+process.on('message', (command: Command) => {
+  // A stall runs from a timer callback, as a busy handler or a long GC would.
+  setTimeout(() => {
+    run(command).then(
+      (result) => { send({ type: 'reply', seq: command.seq, ok: true, result, at: realNow() }) },
+      (error: unknown) => { send({ type: 'reply', seq: command.seq, ok: false, result: String(error), at: realNow() }) }
+    )
+  }, 0)
+})
+
+await app.listen({ port: config.port, host: '127.0.0.1' })
+send({ type: 'ready' })

@@ -1,0 +1,45 @@
+/**
+ * The reference model of one block for one caller: the memory store's
+ * algorithms (lib/store/memory/), fed a sequence of charges and give-backs at
+ * chosen times, then asked whether a request would be admitted. The checker
+ * builds one sequence per question: the most favourable to admission when it
+ * judges an admission, the least favourable when it judges a refusal.
+ */
+import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import type { BlockParams } from '../../lib/store/algorithms.js'
+import type { ChaosRoute } from './routes.js'
+
+export type ModelEvent =
+  | { kind: 'charge', at: number, cost: number }
+  | { kind: 'give-back', at: number, units: number, elapsedMs: number }
+  | { kind: 'extra', at: number, units: number, elapsedMs: number }
+
+const DAY = 86_400_000
+
+function params (route: ChaosRoute, at: number, limit: number): BlockParams {
+  const base = { limit, windowMs: route.windowMs, burst: limit }
+  return route.period === 'day' ? { ...base, start: Math.floor(at / DAY) * DAY } : base
+}
+
+/** Whether `cost` would be admitted at `at` after `events` (sorted by time), with `limit` in force. */
+export function modelAdmits (route: ChaosRoute, events: readonly ModelEvent[], at: number, cost: number, limit = route.limit): boolean {
+  if (route.algorithm === 'concurrency') throw new Error('concurrency is checked by intervals')
+  const algorithm = memoryAlgorithms[route.algorithm]
+  let state: unknown
+  for (const event of events) {
+    const p = params(route, event.at, limit)
+    if (event.kind === 'charge') {
+      const step = algorithm.step(state, p, event.cost, event.at)
+      // An admission the model would refuse is charged anyway: what Redis holds is what it admitted.
+      if (step.decision.allowed) state = step.state ?? state
+      else state = algorithm.charge?.(state, p, event.cost, event.at, 0)?.state ?? state
+    } else if (event.kind === 'give-back') {
+      const changed = algorithm.refund?.(state, p, event.units, event.at, event.elapsedMs)
+      if (changed !== undefined) state = changed.state
+    } else {
+      const changed = algorithm.charge?.(state, p, event.units, event.at, event.elapsedMs)
+      if (changed !== undefined) state = changed.state
+    }
+  }
+  return algorithm.step(state, params(route, at, limit), cost, at).decision.allowed
+}

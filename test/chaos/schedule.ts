@@ -1,0 +1,192 @@
+/**
+ * The seeded generator: a seed gives one schedule (topology, traffic and
+ * faults at offsets from the schedule's start), always the same. Offsets are
+ * relative to a start the runner aligns to a multiple of 2 s of wall time, so
+ * an offset's phase inside a 1 s or 2 s window is part of the schedule too
+ * (a stall placed 50 ms before a window boundary stays there on replay).
+ */
+import { ROUTES, OVERRIDE } from './routes.js'
+
+export interface ChaosRequest {
+  id: number
+  at: number
+  inst: number
+  route: string
+  user: string
+  cost: number
+  /** settle's answer (routes with settle). */
+  use?: number
+  sleepMs: number
+  throws: boolean
+  /** The client gives up after this many ms. */
+  abortMs?: number
+}
+
+export type Fault =
+  | { kind: 'redis-stop', at: number, ms: number, node: number }
+  | { kind: 'client-pause', at: number, ms: number, node: number }
+  | { kind: 'redis-restart', at: number }
+  | { kind: 'wrong-type', at: number, ms: number }
+  | { kind: 'instance-kill', at: number, inst: number }
+  | { kind: 'stall', at: number, ms: number, inst: number }
+  | { kind: 'skew', at: number, inst: number, hours: number }
+  | { kind: 'ban', at: number, inst: number, user: string, liftAt?: number }
+  | { kind: 'override', at: number, inst: number, user: string, clearAt?: number }
+  | { kind: 'migrate', at: number }
+  | { kind: 'metrics-throw', at: number, ms: number, inst: number }
+
+export interface Schedule {
+  seed: number
+  topology: 'standalone' | 'cluster'
+  instances: number
+  users: string[]
+  /** Random traffic and faults happen before this offset; after it, only probes. */
+  trafficMs: number
+  /** The last probe is sent before this offset. */
+  endMs: number
+  requests: ChaosRequest[]
+  faults: Fault[]
+}
+
+/** mulberry32: a small seeded PRNG, good enough to spread schedules. */
+export function rng (seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+const TRAFFIC_MS = 5000
+const TAIL_MS = 2200
+
+export function generate (seed: number): Schedule {
+  const random = rng(seed)
+  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
+  const topology = random() < 0.25 ? 'cluster' : 'standalone'
+  const instances = random() < 0.5 ? 2 : 3
+  const users = ['u0', 'u1', 'u2']
+  const requests: ChaosRequest[] = []
+  const faults: Fault[] = []
+  const home = (user: string): number => Number(user.slice(1)) % instances
+
+  const request = (at: number, route: string, user: string, inst?: number, shape: Partial<ChaosRequest> = {}): void => {
+    const spec = ROUTES.find((r) => r.id === route)!
+    const cost = spec.maxCost === 1 ? 1 : route === 'tb' ? int(2, spec.maxCost) : int(1, spec.maxCost)
+    const use = spec.settle === true ? (random() < 0.5 ? 0 : Math.min(spec.limit, int(0, cost + 1))) : undefined
+    const sleepMs = route === 'conc' ? int(30, 300) : route === 'tb' ? int(50, 250) : random() < 0.2 ? int(80, 250) : int(0, 20)
+    requests.push({
+      id: requests.length,
+      at: Math.max(0, Math.round(at)),
+      inst: inst ?? (random() < 0.7 ? home(user) : int(0, instances - 1)),
+      route,
+      user,
+      cost,
+      use,
+      sleepMs,
+      throws: random() < (spec.refundOn === true ? 0.25 : 0.05),
+      abortMs: random() < 0.05 ? int(5, 80) : undefined,
+      ...shape
+    })
+  }
+  const randomRoute = (): string => {
+    const route = pick(ROUTES).id
+    return route === 'tb2' && random() < 0.5 ? 'ta' : route
+  }
+
+  // Redis-side faults, one after another with gaps; instance faults anywhere.
+  let cursor = int(200, 600)
+  const redisKinds = topology === 'cluster'
+    ? ['redis-stop', 'client-pause', 'wrong-type', 'migrate', 'migrate'] as const
+    : ['redis-stop', 'client-pause', 'wrong-type', 'redis-restart'] as const
+  for (let n = int(1, 3); n > 0 && cursor < TRAFFIC_MS - 1200; n--) {
+    const kind = pick(redisKinds)
+    const node = int(0, 2)
+    if (kind === 'redis-stop') {
+      const ms = int(30, 160)
+      faults.push({ kind, at: cursor, ms, node })
+      // Concurrency calls that Redis runs only after the stall, then callers who expect their slot back.
+      for (const user of users) request(cursor + int(2, Math.max(3, ms - 10)), 'conc', user, undefined, { sleepMs: int(0, 20) })
+      for (const user of users) request(cursor + ms + int(150, 500), 'conc', user, undefined, { sleepMs: int(0, 20) })
+      cursor += ms
+    } else if (kind === 'client-pause' || kind === 'wrong-type') {
+      let ms = int(250, 500)
+      if (kind === 'wrong-type') {
+        // Keys of the wrong type, planted just before a pause long enough to open the breakers: the probe meets one.
+        const pause = int(300, 500)
+        ms = pause + int(500, 900)
+        faults.push({ kind, at: cursor, ms })
+        faults.push({ kind: 'client-pause', at: cursor + 30, ms: pause, node })
+        for (let i = 0; i < 6 * instances; i++) request(cursor + 40 + int(0, pause - 60), randomRoute(), pick(users), i % instances)
+        for (let i = 0; i < 4 * instances; i++) request(cursor + 30 + pause + 255 + int(0, 120), randomRoute(), pick(users), i % instances)
+      } else {
+        faults.push({ kind, at: cursor, ms, node })
+        for (let i = 0; i < 6 * instances; i++) request(cursor + int(10, ms - 20), randomRoute(), pick(users), i % instances)
+      }
+      cursor += ms
+    } else if (kind === 'redis-restart') {
+      faults.push({ kind, at: cursor })
+      cursor += 300
+    } else {
+      faults.push({ kind, at: cursor })
+      cursor += 400
+    }
+    cursor += int(300, 900)
+  }
+  const instanceFaults = int(1, 3)
+  for (let n = 0; n < instanceFaults; n++) {
+    const inst = int(0, instances - 1)
+    const kind = pick(['instance-kill', 'stall', 'stall', 'skew', 'metrics-throw'] as const)
+    if (kind === 'stall') {
+      // Half the stalls start 40-70 ms before a window boundary: a charge just before it resumes after it.
+      const at = random() < 0.5 ? int(1, 4) * 1000 - int(40, 70) : int(300, TRAFFIC_MS - 800)
+      const ms = int(50, 200)
+      faults.push({ kind, at, ms, inst })
+      for (const user of users) request(at - int(2, 8), 'fw', user, inst, { cost: 3, use: 0, sleepMs: 0, throws: false, abortMs: undefined })
+      for (let i = 0; i < 6; i++) request(at + ms + int(0, 200), 'fw', pick(users), undefined, { cost: 2, use: 2, sleepMs: 0, throws: false, abortMs: undefined })
+    } else if (kind === 'instance-kill') {
+      faults.push({ kind, at: int(300, TRAFFIC_MS - 1500), inst })
+    } else if (kind === 'skew') {
+      faults.push({ kind, at: int(100, TRAFFIC_MS - 2500), inst, hours: pick([2, -2, 5]) })
+    } else {
+      const at = int(300, TRAFFIC_MS - 1500)
+      faults.push({ kind, at, ms: int(200, 600), inst })
+      for (let i = 0; i < 4; i++) request(at + int(5, 150), randomRoute(), pick(users), inst)
+    }
+  }
+  if (random() < 0.6) {
+    const at = int(200, TRAFFIC_MS - 2600)
+    faults.push({ kind: 'ban', at, inst: int(0, instances - 1), user: 'u2', liftAt: random() < 0.3 ? at + int(2500, 3500) : undefined })
+  }
+  if (random() < 0.5) {
+    const at = int(200, TRAFFIC_MS - 2600)
+    faults.push({ kind: 'override', at, inst: int(0, instances - 1), user: 'u1', clearAt: random() < 0.3 ? TRAFFIC_MS + 200 : undefined })
+    // Above the route's own limit, within the override's: refused only if the override is lost.
+    for (let i = 0; i < 9; i++) request(at + 2300 + i * 40, OVERRIDE.route, 'u1')
+  }
+  for (let i = requests.length, total = int(180, 260); i < total; i++) request(int(0, TRAFFIC_MS), randomRoute(), pick(users))
+  // The tail: faults are over; every stream is probed from every instance.
+  for (const route of ROUTES) {
+    for (const user of users) {
+      for (let inst = 0; inst < instances; inst++) request(TRAFFIC_MS + int(600, TAIL_MS - 150), route.id, user, inst, { throws: false, abortMs: undefined })
+    }
+  }
+  requests.sort((a, b) => a.at - b.at || a.id - b.id)
+  requests.forEach((r, i) => { r.id = i })
+  faults.sort((a, b) => a.at - b.at)
+  return { seed, topology, instances, users, trafficMs: TRAFFIC_MS, endMs: TRAFFIC_MS + TAIL_MS, requests, faults }
+}
+
+/** One line per fault, for reports. */
+export function describe (schedule: Schedule): string {
+  const lines = [`seed ${schedule.seed}: ${schedule.topology}, ${schedule.instances} instances, ${schedule.requests.length} requests over ${schedule.endMs} ms`]
+  for (const fault of schedule.faults) {
+    const { kind, at, ...rest } = fault
+    lines.push(`  +${String(at).padStart(5)} ms  ${kind} ${JSON.stringify(rest)}`)
+  }
+  return lines.join('\n')
+}

@@ -29,6 +29,8 @@ const CHARGE_MS = 30
 const AFTERMATH_MS = DEFAULTS.cooldownMs + 2 * DEFAULTS.timeoutMs + 300
 /** A fleet record reaches every instance by its second poll after it was set (plus a margin). */
 const RECORD_MS = 2 * DEFAULTS.pollMs + 300
+/** Degraded decisions of one instance this close together are one burst (see check()). */
+const BURST_MS = 150
 const REDIS_FAULTS = new Set(['redis-stop', 'client-pause', 'redis-restart', 'wrong-type'])
 
 type Outcome = 'admitted' | 'refused' | 'banned' | 'degraded-open' | 'degraded-closed' | 'unknown' | 'never-arrived'
@@ -59,7 +61,8 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     redisFaults.find((f) => f.start <= to && f.end + after >= from)
   const resets = run.faults.flatMap((f) => f.fault.kind === 'redis-restart'
     ? [[f.start, f.end] as const]
-    : f.fault.kind === 'wrong-type' ? [[f.start, f.start + 100] as const, [f.end - 20, f.end + 20] as const] : [])
+    // A planted key loses its state at once and takes none until it expires (every call on it fails): one reset.
+    : f.fault.kind === 'wrong-type' ? [[f.start, f.start + 100] as const] : [])
   const restarts = run.faults.filter((f) => f.fault.kind === 'redis-restart')
   const servers = new Map(run.servers.map((s) => [s.id, s]))
   const downAt = (inst: number, from: number, to: number): boolean => (run.down[inst] ?? []).some(([a, b]) => a <= to && b >= from)
@@ -77,6 +80,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     else if (s.status === 429) outcome = 'refused'
     else if (s.status === 403) outcome = 'banned'
     else if (s.status === 503) outcome = 'degraded-closed'
+    else if (s.tDec === undefined || (s.status === 500 && !r.throws)) outcome = 'unknown' // no decision seen, or the plugin failed it
     else outcome = s.degraded ? 'degraded-open' : 'admitted'
     const lo = s?.t0 ?? c.sent
     const decided = s?.tDec ?? s?.tEnd ?? c.answered ?? c.sent + CLIENT_TIMEOUT_MS
@@ -91,6 +95,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta }
   })
 
+  const degradedWhenHealthy: Obs[] = []
   for (const o of all) {
     const c = run.clients[o.r.id]!
     // Every request to a live instance is answered.
@@ -104,11 +109,26 @@ export function check (run: Run, options: CheckOptions): Violation[] {
       if (c.answered - c.sent > bound) add('time-bound', `${label(o)}: answered after ${c.answered - c.sent} ms, bound ${bound} ms (handler ${handler}, lag ${o.s.lagMs})`, 'time')
     }
     // Once Redis faults are over (plus one cooldown and two timeouts), nothing degrades.
-    if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) {
-      add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms`)
-    }
+    if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) degradedWhenHealthy.push(o)
+  }
+  /*
+   * One burst on a healthy Redis (every such decision of an instance within
+   * BURST_MS) is what a starved core does to a 50 ms timeout: a time bound.
+   * More than one burst, or one that lasts, is state: a breaker left open.
+   */
+  for (let inst = 0; inst < run.schedule.instances; inst++) {
+    const own = degradedWhenHealthy.filter((o) => o.r.inst === inst)
+    const kind = own.length > 0 && own[own.length - 1]!.lo - own[0]!.lo <= BURST_MS ? 'time' : 'state'
+    for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms`, kind)
   }
 
+  const dump = process.env.CHAOS_DUMP
+  if (dump !== undefined) {
+    for (const o of all) {
+      if (`${o.route.id}:${o.r.user}` !== dump) continue
+      process.stderr.write(`${label(o)} ${o.outcome} cost ${o.r.cost} delta ${o.delta} lo ${o.lo - run.start} hi ${o.hi - run.start} end ${o.end === undefined ? '-' : o.end - run.start} status ${o.s?.status ?? run.clients[o.r.id]?.error}\n`)
+    }
+  }
   checkBans(run, all, restarts, add, label)
   for (const route of ROUTES) {
     for (const user of run.schedule.users) {
@@ -197,8 +217,9 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)
       if (!modelAdmits(route, events, q.lo, q.r.cost, limit)) continue
-      if (deniedLocally(q, stream)) continue
-      add('refused-only-by-model', `${label(q)}: 429 (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) admits`)
+      const denied = deniedLocally(q, stream)
+      if (denied === true) continue
+      add('refused-only-by-model', `${label(q)}: 429 (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) admits${denied === false ? '' : `; ${denied}`}`)
     }
   }
 }
@@ -207,13 +228,18 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
  * The instance's own deny cache may refuse until the retry time Redis gave
  * an earlier refusal of the same key on it, unless that instance gave units
  * back for the key since (other instances' give-backs do not reach it).
+ * true: excused; false: no entry; a string: an entry this instance's own
+ * give-back should have cleared (what a kept deny-cache entry looks like).
  */
-function deniedLocally (q: Obs, stream: Obs[]): boolean {
-  return stream.some((r) => {
-    if (r === q || r.outcome !== 'refused' || r.s === undefined || r.r.inst !== q.r.inst) return false
+function deniedLocally (q: Obs, stream: Obs[]): boolean | string {
+  let stale: string | false = false
+  for (const r of stream) {
+    if (r === q || r.outcome !== 'refused' || r.s === undefined || r.r.inst !== q.r.inst) continue
     const from = r.s.tDec ?? r.s.tEnd
-    if (from > q.lo || from + (r.s.retryAfterMs ?? 0) + 50 < q.lo) return false
-    const cleared = stream.some((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + CHARGE_MS < q.lo)
-    return !cleared
-  })
+    if (from > q.lo || from + (r.s.retryAfterMs ?? 0) + 50 < q.lo) continue
+    const clear = stream.find((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + CHARGE_MS < q.lo)
+    if (clear === undefined) return true
+    stale = `#${r.r.id}'s deny-cache entry on this instance (retry ${r.s.retryAfterMs ?? 0} ms) outlived #${clear.r.id}'s give-back of ${-clear.delta} units there`
+  }
+  return stale
 }

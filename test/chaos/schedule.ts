@@ -140,14 +140,24 @@ export function generate (seed: number): Schedule {
   const instanceFaults = int(1, 3)
   for (let n = 0; n < instanceFaults; n++) {
     const inst = int(0, instances - 1)
-    const kind = pick(['instance-kill', 'stall', 'stall', 'skew', 'metrics-throw'] as const)
+    let kind = pick(['instance-kill', 'stall', 'stall', 'skew', 'metrics-throw'] as const)
+    // One kill per schedule: a restart takes a second or two, and a second kill would race it.
+    if (kind === 'instance-kill' && faults.some((f) => f.kind === 'instance-kill')) kind = 'stall'
     if (kind === 'stall') {
       // Half the stalls start 40-70 ms before a window boundary: a charge just before it resumes after it.
-      const at = random() < 0.5 ? int(1, 4) * 1000 - int(40, 70) : int(300, TRAFFIC_MS - 800)
+      const boundary = int(1, 4) * 1000
+      const at = random() < 0.6 ? boundary - int(40, 70) : int(300, TRAFFIC_MS - 800)
       const ms = int(50, 200)
       faults.push({ kind, at, ms, inst })
-      for (const user of users) request(at - int(2, 8), 'fw', user, inst, { cost: 3, use: 0, sleepMs: 0, throws: false, abortMs: undefined })
-      for (let i = 0; i < 6; i++) request(at + ms + int(0, 200), 'fw', pick(users), undefined, { cost: 2, use: 2, sleepMs: 0, throws: false, abortMs: undefined })
+      // Reservations charged just before the stall, given back after it; meanwhile other
+      // instances fill the next window, which a give-back landing there would reopen.
+      const fixed = { sleepMs: 0, throws: false, abortMs: undefined }
+      const other = (inst + 1) % instances
+      for (const user of users) {
+        request(at - int(2, 8), 'fw', user, inst, { ...fixed, cost: 3, use: 0 })
+        for (let i = 0; i < 3; i++) request(Math.max(at, boundary) + 5 + int(0, Math.max(1, ms - 70)), 'fw', user, other, { ...fixed, cost: 2, use: 2 })
+        for (let i = 0; i < 2; i++) request(at + ms + int(20, 150), 'fw', user, undefined, { ...fixed, cost: 2, use: 2 })
+      }
     } else if (kind === 'instance-kill') {
       faults.push({ kind, at: int(300, TRAFFIC_MS - 1500), inst })
     } else if (kind === 'skew') {

@@ -146,7 +146,8 @@ type FaultNear = (from: number, to: number, after?: number) => { start: number, 
 function checkBans (run: Run, all: Obs[], restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
   const bans = run.faults.filter((f) => f.fault.kind === 'ban' && f.setAt !== undefined)
   for (const o of all) {
-    if (o.s === undefined) continue
+    // Unknown outcomes (no decision seen) are judged by `answered` and `no-500`.
+    if (o.s === undefined || o.outcome === 'unknown') continue
     const own = bans.filter((b) => b.fault.kind === 'ban' && b.fault.user === o.r.user)
     // A restart without persistence loses the ban with the rest of the data.
     const lostAt = (b: typeof own[number]): number => Math.min(b.clearedAt ?? Infinity, ...restarts.filter((x) => x.start > b.setAt!).map((x) => x.start))

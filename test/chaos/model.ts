@@ -6,7 +6,7 @@
  * judges an admission, the least favourable when it judges a refusal.
  */
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
-import type { BlockParams } from '../../lib/store/algorithms.js'
+import type { AlgorithmName, BlockParams } from '../../lib/store/algorithms.js'
 import type { ChaosRoute } from './routes.js'
 
 export type ModelEvent =
@@ -21,6 +21,12 @@ function params (route: ChaosRoute, at: number, limit: number): BlockParams {
   return route.period === 'day' ? { ...base, start: Math.floor(at / DAY) * DAY } : base
 }
 
+/** A charge the model would refuse, made anyway (sliding-log has no overdraft step: its entries are added). */
+function forced (route: ChaosRoute, state: unknown, p: BlockParams, cost: number, at: number): unknown {
+  if (route.algorithm === 'sliding-log') return [...(state as number[] | undefined ?? []), ...new Array<number>(cost).fill(at)].sort((a, b) => a - b)
+  return memoryAlgorithms[route.algorithm as AlgorithmName].charge?.(state, p, cost, at, 0)?.state ?? state
+}
+
 /** Whether `cost` would be admitted at `at` after `events` (sorted by time), with `limit` in force. */
 export function modelAdmits (route: ChaosRoute, events: readonly ModelEvent[], at: number, cost: number, limit = route.limit): boolean {
   if (route.algorithm === 'concurrency') throw new Error('concurrency is checked by intervals')
@@ -32,7 +38,7 @@ export function modelAdmits (route: ChaosRoute, events: readonly ModelEvent[], a
       const step = algorithm.step(state, p, event.cost, event.at)
       // An admission the model would refuse is charged anyway: what Redis holds is what it admitted.
       if (step.decision.allowed) state = step.state ?? state
-      else state = algorithm.charge?.(state, p, event.cost, event.at, 0)?.state ?? state
+      else state = forced(route, state, p, event.cost, event.at)
     } else if (event.kind === 'give-back') {
       const changed = algorithm.refund?.(state, p, event.units, event.at, event.elapsedMs)
       if (changed !== undefined) state = changed.state

@@ -25,12 +25,12 @@ export interface Violation {
 
 /** Bound on the time from an instance reading a request to Redis running its call, with no Redis fault about. */
 const CHARGE_MS = 30
+/** A give-back is certainly applied this long after its response closed (its call waits for the next turn's flush; a loaded core adds more). */
+const GIVE_BACK_MS = 150
 /** How long after a Redis fault its effects may still show: one cooldown, two timeouts and a margin. */
 const AFTERMATH_MS = DEFAULTS.cooldownMs + 2 * DEFAULTS.timeoutMs + 300
 /** A fleet record reaches every instance by its second poll after it was set (plus a margin). */
 const RECORD_MS = 2 * DEFAULTS.pollMs + 300
-/** Degraded decisions of one instance this close together are one burst (see check()). */
-const BURST_MS = 150
 const REDIS_FAULTS = new Set(['redis-stop', 'client-pause', 'redis-restart', 'wrong-type'])
 
 type Outcome = 'admitted' | 'refused' | 'banned' | 'degraded-open' | 'degraded-closed' | 'unknown' | 'never-arrived'
@@ -112,16 +112,20 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) degradedWhenHealthy.push(o)
   }
   /*
-   * One burst on a healthy Redis (every such decision of an instance within
-   * BURST_MS) is what a starved core does to a 50 ms timeout: a time bound.
-   * More than one burst, or one that lasts, is state: a breaker left open.
+   * On a healthy Redis, a decision degrades only when a core is starved past
+   * the 50 ms timeout: a time bound. A breaker left open degrades (nearly)
+   * every decision of its instance from then on: that is state, found as at
+   * least 4 degraded decisions that are 80 % of the instance's healthy-time
+   * decisions from the first of them on.
    */
   for (let inst = 0; inst < run.schedule.instances; inst++) {
     const own = degradedWhenHealthy.filter((o) => o.r.inst === inst)
-    const kind = own.length > 0 && own[own.length - 1]!.lo - own[0]!.lo <= BURST_MS ? 'time' : 'state'
-    for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms`, kind)
+    if (own.length === 0) continue
+    const first = own[0]!.lo
+    const decided = all.filter((o) => o.r.inst === inst && o.lo >= first && o.s?.tDec !== undefined && o.outcome !== 'banned' && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined)
+    const stuck = own.length >= 4 && own.length >= 0.8 * decided.length
+    for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms${stuck ? `; ${own.length} of this instance's ${decided.length} decisions since degraded` : ''}`, stuck ? 'state' : 'time')
   }
-
   const dump = process.env.CHAOS_DUMP
   if (dump !== undefined) {
     for (const o of all) {
@@ -210,8 +214,8 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
         if (r === q || r.lo >= q.hi || resetBetween(r.hi, q.lo, true)) continue
         if (r.outcome !== 'admitted' && r.outcome !== 'degraded-open' && r.outcome !== 'degraded-closed' && r.outcome !== 'unknown') continue
         events.push({ kind: 'charge', at: Math.min(r.hi, q.lo), cost: r.r.cost })
-        if (r.end !== undefined && r.delta < 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + CHARGE_MS) === undefined) {
-          events.push({ kind: 'give-back', at: r.end + CHARGE_MS, units: -r.delta, elapsedMs: r.end + CHARGE_MS - r.lo })
+        if (r.end !== undefined && r.delta < 0 && r.end + GIVE_BACK_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + GIVE_BACK_MS) === undefined) {
+          events.push({ kind: 'give-back', at: r.end + GIVE_BACK_MS, units: -r.delta, elapsedMs: r.end + GIVE_BACK_MS - r.lo })
         }
         if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS, q.lo), units: r.delta, elapsedMs: 0 })
       }
@@ -238,7 +242,7 @@ function deniedLocally (q: Obs, stream: Obs[]): boolean | string {
     if (r === q || r.outcome !== 'refused' || r.s === undefined || r.r.inst !== q.r.inst) continue
     const from = r.s.tDec ?? r.s.tEnd
     if (from > q.lo || from + (r.s.retryAfterMs ?? 0) + 50 < q.lo) continue
-    const clear = stream.find((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + CHARGE_MS < q.lo)
+    const clear = stream.find((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + GIVE_BACK_MS < q.lo)
     if (clear === undefined) return true
     stale = `#${r.r.id}'s deny-cache entry on this instance (retry ${r.s.retryAfterMs ?? 0} ms) outlived #${clear.r.id}'s give-back of ${-clear.delta} units there`
   }

@@ -33,3 +33,20 @@ export async function runSeed (seed: number, timeSlackMs: number): Promise<SeedR
   }
   return { seed, run, violations, report: lines.join('\n') }
 }
+
+/** The tap tests of a list of fixed seeds: any state violation fails its seed, with the report as the message. */
+export function testSeeds (t: { test: (name: string, fn: (t: SeedTest) => Promise<void>) => unknown }, seeds: readonly number[]): void {
+  for (const seed of seeds) {
+    t.test(`chaos seed ${seed}`, async (t) => {
+      const result = await runSeed(seed, SLACK.shared)
+      const state = result.violations.filter((v) => v.kind === 'state')
+      t.ok(result.run.clients.length > 100, `${result.run.clients.length} requests sent`)
+      t.equal(state.length, 0, state.length === 0 ? 'no state violation' : result.report)
+    })
+  }
+}
+
+interface SeedTest {
+  ok: (value: unknown, message: string) => void
+  equal: (a: unknown, b: unknown, message: string) => void
+}

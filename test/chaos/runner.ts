@@ -102,6 +102,18 @@ export async function runSchedule (schedule: Schedule): Promise<Run> {
     return { schedule, start, clients: clientRecords, servers: [...fleet.records], faults: faultRecords, unhandled: [...fleet.unhandled], down, errors }
   } finally {
     await agent.close().catch(() => {})
+    const pids = [...fleet.instances.map((i) => i.child?.pid), ...fleet.servers.map((s) => s.pid)].filter((pid): pid is number => pid !== undefined && pid > 0)
     await fleet.stop()
+    const left = pids.filter(alive)
+    if (left.length > 0) errors.push(`processes left behind after stop: ${left.join(', ')}`)
+  }
+}
+
+function alive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
   }
 }

@@ -91,7 +91,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     tier: options.tier,
     metrics: undefined,
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
-    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
+    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, options.timeout, clock),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },

@@ -6,12 +6,6 @@ import { toEvaluation } from './evaluation.js'
 import { errorCause, storeErrorChannel } from '../diagnostics.js'
 import type { BlockRun } from '../store/port.js'
 
-/** Failures that say the store is unhealthy (not a bad key or a full queue): they open the breaker. */
-export function storeUnhealthy (error: unknown): boolean {
-  const cause = errorCause(error)
-  return cause === 'timeout' || cause === 'unavailable'
-}
-
 /** Counts, publishes and logs (throttled) one store failure. */
 function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): void {
   const { policy } = input

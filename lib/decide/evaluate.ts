@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
 import { combine } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
-import { degraded, storeUnhealthy } from './degraded.js'
+import { degraded } from './degraded.js'
 import { holdUntil, type DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel } from '../diagnostics.js'
@@ -94,7 +94,6 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   // 2. One store call for every block; its failure → onRedisError.
   // Not the hot path: a promise chain, so a throw while publishing (a failing meter) reaches `fail` too.
   const onStoreError = (error: unknown): void => {
-    if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
     degraded(input, origin, runtime, error)
       .then((evaluation) => { publish(runtime, input, origin, evaluation, startedAt); return evaluation })
       .then(done, fail)
@@ -103,6 +102,7 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     onStoreError(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return
   }
+  // Every outcome of an allowed call reports to the breaker: a probe is never left pending.
   runtime.store.decide(input, 'charge').then((decisions) => {
     let evaluation: Evaluation
     try {
@@ -113,7 +113,10 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
       return
     }
     done(evaluation)
-  }, onStoreError)
+  }, (error: unknown) => {
+    breaker?.report(error)
+    onStoreError(error)
+  })
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */

@@ -149,10 +149,10 @@ export const FST_RRL_SKIP_FAILED = createError(
   500
 )
 
-/** A `replyBuilder` threw: logged once per burst, the default problem+json reply is sent. */
+/** A `replyBuilder` threw, returned a Promise or no object: logged once per burst, the default problem+json reply is sent. */
 export const FST_RRL_REPLY_BUILDER_FAILED = createError(
   'FST_RRL_REPLY_BUILDER_FAILED',
-  'replyBuilder threw for route %s; sending the default problem+json reply',
+  'replyBuilder failed for route %s (threw, or returned a Promise or no object); sending the default problem+json reply',
   500
 )
 

@@ -4,7 +4,7 @@ import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../decide/slots.js'
-import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
 
 /*
@@ -52,14 +52,18 @@ export function charged (ending: Ending, i: number): boolean {
   return ending.decisions[i]?.allowed === true && ending.input.runs[i] !== undefined && ending.input.keys[i] !== undefined
 }
 
-/** Whether refundOn matches the reply; a throwing predicate is logged and means no. */
+/** Whether refundOn matches the reply; a throw or a Promise (it must be synchronous) is logged and means no. */
 function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: FastifyRequest, reply: FastifyReply, runtime: Runtime, route: string): boolean {
+  let matched: unknown
   try {
-    return refundOn(reply) === true
+    matched = refundOn(reply)
   } catch (error) {
-    runtime.badInput.report(request.log, { err: error, route }, 'rate limit refundOn threw; no refund')
+    reportValue(request, runtime, 'refundOn', route, { ok: false, error }, 'no refund')
     return false
   }
+  if (!strayThenable(matched)) return matched === true
+  reportValue(request, runtime, 'refundOn', route, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, 'no refund')
+  return false
 }
 
 /** refundOn: a matching reply gives back what each such block charged. */

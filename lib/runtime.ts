@@ -29,7 +29,7 @@ export interface PluginRuntime extends RouteRuntime {
 type StoreCall = (size: number, latencyMs: number) => void
 
 function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: StoreCall): Store {
-  if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
+  if (options.store === 'memory') return new MemoryStore(options.clock ?? options.hostClock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
   if (client === undefined || client === null) throw new FST_RRL_NO_REDIS()
@@ -68,7 +68,7 @@ function identityContext (fastify: FastifyInstance, options: ResolvedOptions, cl
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
-  const clock = options.clock ?? Date.now
+  const clock = options.clock ?? options.hostClock
   let local: MemoryStore | undefined
   const client = store instanceof RedisStore ? store.client : undefined
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {

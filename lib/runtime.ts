@@ -71,6 +71,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
   const clock = options.clock ?? options.hostClock
   let local: MemoryStore | undefined
   const client = store instanceof RedisStore ? store.client : undefined
+  const fleetClocks = { test: options.clock, host: options.hostClock, monotonic: () => performance.now() }
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
@@ -95,8 +96,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(client, overridesKey(options.prefix), clock, fastify.log),
-    bans: new Bans(client, bansKey(options.prefix), clock, fastify.log, identityContext(fastify, options, clock)),
+    overrides: new Overrides(client, overridesKey(options.prefix), fleetClocks, fastify.log),
+    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, clock)),
     identityTimeout: options.identityTimeout
   }
   return runtime

@@ -31,7 +31,6 @@ export interface IoRedisLike {
   script: (subcommand: 'LOAD', source: string) => Promise<unknown>
   call: (command: string, ...args: string[]) => Promise<unknown>
   del: (...keys: string[]) => Promise<unknown>
-  hgetall: (key: string) => Promise<Record<string, string>>
   hset: (key: string, field: string, value: string) => Promise<unknown>
   hdel: (key: string, field: string) => Promise<number>
   eval: (source: string, numKeys: number, ...args: string[]) => Promise<unknown>
@@ -110,7 +109,6 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
     isServerError: (error) => (error as { name?: unknown } | null)?.name === 'ReplyError',
     masters: async () => (cluster ? (client as IoClusterLike).nodes('master') : [client]).map(masterPort),
     del: async (keys) => await client.del(...keys),
-    hgetall: async (key) => await client.hgetall(key),
     hset: async (key, field, value) => await client.hset(key, field, value),
     hdel: async (key, field) => await client.hdel(key, field),
     eval: async (source, keys, args) => await client.eval(source, keys.length, ...keys, ...args)

@@ -179,7 +179,6 @@ export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPo
     isServerError: (error) => SERVER_ERRORS.has((error as { constructor?: { name?: string } } | null)?.constructor?.name ?? ''),
     masters: async () => await mastersOf(kind, client, send),
     del: async (keys) => await send(pre + keys[0], ['DEL', ...keys.map((key) => pre + key)], PLAIN),
-    hgetall: async (key) => Object.fromEntries(toStringMap(await send(pre + key, ['HGETALL', pre + key], PLAIN))),
     hset: async (key, field, value) => await send(pre + key, ['HSET', pre + key, field, value], PLAIN),
     hdel: async (key, field) => Number(await send(pre + key, ['HDEL', pre + key, field], PLAIN)),
     eval: async (source, keys, args) =>

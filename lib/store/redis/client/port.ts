@@ -57,7 +57,6 @@ export interface ClientPort {
   /** Every master now (one for standalone and Sentinel). */
   masters: () => Promise<MasterPort[]>
   del: (keys: readonly string[]) => Promise<unknown>
-  hgetall: (key: string) => Promise<Record<string, string>>
   hset: (key: string, field: string, value: string) => Promise<unknown>
   /** The number of fields removed. */
   hdel: (key: string, field: string) => Promise<number>

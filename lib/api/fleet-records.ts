@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import { toStringMap, type ClientPort } from '../store/redis/client/port.js'
+import type { ClientPort, TimedHash } from '../store/redis/client/port.js'
 
 /*
  * Operator records shared by the fleet (runtime overrides, bans): one Redis
@@ -44,14 +44,13 @@ export interface RecordKind<R extends FleetRecord, E extends FleetEntry<R>> {
   entry: (record: R, json: string) => E
 }
 
-/** The scripts' time: ARGV[1] (the `clock` option), or this node's `TIME` when it is empty. */
-const NOW = "local function now() if ARGV[1] ~= '' then return tonumber(ARGV[1]) end local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end "
-/** Redis time and the whole hash, in one round trip. */
-const READ = NOW + "return {now(), redis.call('HGETALL', KEYS[1])}"
-/** Redis time alone, for a record about to be set. */
-const TIME = NOW + 'return now()'
-/** Deletes a record only if nobody replaced it since it was read and it has lapsed by this node's time (ARGV[4]: its expiresAt). */
-const DELETE_LAPSED = NOW + "if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] and tonumber(ARGV[4]) <= now() then return redis.call('HDEL', KEYS[1], ARGV[2]) end return 0"
+/**
+ * Deletes a record only if nobody replaced it since it was read and it has
+ * lapsed (ARGV[4]: its expiresAt) by this node's `TIME`, or by ARGV[1] when
+ * the `clock` option stands in for it.
+ */
+const DELETE_LAPSED = "local now = tonumber(ARGV[1]) if now == nil then local t = redis.call('TIME') now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end " +
+  "if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] and tonumber(ARGV[4]) <= now then return redis.call('HDEL', KEYS[1], ARGV[2]) end return 0"
 
 /**
  * The clocks a record store reads. Redis store: `test` if set (it stands in
@@ -119,13 +118,13 @@ export class FleetRecords<R extends FleetRecord, E extends FleetEntry<R>> {
   /** The time a record about to be set is stamped with: read from Redis (one round trip) on the Redis store. */
   async stamp (): Promise<number> {
     if (this.#client === undefined || this.#clocks.test !== undefined) return this.now()
-    return this.#observe(await this.#client.eval(TIME, [this.#key], ['']))
+    return this.#observe(await this.#client.timedHash(this.#key)).timeMs
   }
 
-  #observe (redisMs: unknown): number {
-    this.#redisMs = Number(redisMs)
+  #observe (read: TimedHash): TimedHash {
+    this.#redisMs = read.timeMs
     this.#readAt = this.#clocks.monotonic()
-    return this.#redisMs
+    return read
   }
 
   /** The scripts' ARGV[1]: the test clock's time, or empty for Redis TIME. */
@@ -160,12 +159,11 @@ export class FleetRecords<R extends FleetRecord, E extends FleetEntry<R>> {
       return
     }
     const changes = this.#changes
-    const [redisMs, fields] = await client.eval(READ, [this.#key], [this.#scriptNow()]) as [unknown, unknown]
-    this.#observe(redisMs)
+    const { fields } = this.#observe(await client.timedHash(this.#key))
     if (changes !== this.#changes) return
     const now = this.now()
     const next = new Map<string, E>()
-    for (const [id, json] of toStringMap(fields)) {
+    for (const [id, json] of fields) {
       const record = this.#kind.parse(json)
       if (record === undefined) continue
       if (this.#lapsed(record, now)) {

@@ -29,7 +29,7 @@ export interface PluginRuntime extends RouteRuntime {
 type StoreCall = (size: number, latencyMs: number) => void
 
 function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: StoreCall): Store {
-  if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
+  if (options.store === 'memory') return new MemoryStore(options.clock ?? options.hostClock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
   if (client === undefined || client === null) throw new FST_RRL_NO_REDIS()
@@ -68,9 +68,10 @@ function identityContext (fastify: FastifyInstance, options: ResolvedOptions, cl
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
-  const clock = options.clock ?? Date.now
+  const clock = options.clock ?? options.hostClock
   let local: MemoryStore | undefined
   const client = store instanceof RedisStore ? store.client : undefined
+  const fleetClocks = { test: options.clock, host: options.hostClock, monotonic: () => performance.now() }
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
@@ -95,8 +96,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(client, overridesKey(options.prefix), clock, fastify.log),
-    bans: new Bans(client, bansKey(options.prefix), clock, fastify.log, identityContext(fastify, options, clock)),
+    overrides: new Overrides(client, overridesKey(options.prefix), fleetClocks, fastify.log),
+    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, clock)),
     identityTimeout: options.identityTimeout
   }
   return runtime

@@ -123,8 +123,8 @@ function overrideBlock (policy: CompiledPolicy, target: string): number {
 
 async function overrideRecord (
   registry: PolicyRegistry,
-  input: RateLimitOverrideInput,
-  now: number
+  overrides: Overrides,
+  input: RateLimitOverrideInput
 ): Promise<RateLimitOverride> {
   const method = 'setOverride'
   if (input === null || typeof input !== 'object') {
@@ -143,8 +143,11 @@ async function overrideRecord (
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
+  const recordId = identity === undefined ? id : (await apiKeys(policy, identity))[index] as string
+  // Redis time: every instance judges the expiry by it (fleet-records.ts).
+  const now = await overrides.stamp()
   return {
-    id: identity === undefined ? id : (await apiKeys(policy, identity))[index] as string,
+    id: recordId,
     blockId: id,
     block: block.name,
     route: block.global ? '*' : policy.route,
@@ -227,7 +230,7 @@ export function createApi (
       return await acquireSlot(registry.find(target, 'acquire'), target, identity, { runtime, log, overrides })
     },
     async setOverride (input) {
-      const record = await overrideRecord(registry, input, runtime.clock())
+      const record = await overrideRecord(registry, overrides, input)
       await overrides.set(record)
       return { ...record }
     },
@@ -242,7 +245,7 @@ export function createApi (
       const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
       return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
     },
-    ...banApi(registry, bans, runtime.clock)
+    ...banApi(registry, bans)
   }
 }
 

@@ -25,7 +25,8 @@ const LOG_EVERY_MS = 60_000
 /** Refuses a banned request: counted, published, logged once per ban per minute. */
 export function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
   const now = runtime.clock()
-  const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - now)
+  // The time left by the time bans are judged by (Redis's), not this host's clock.
+  const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - runtime.bans.now())
   const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', tier: undefined, policies: [] }
   request.rateLimit = decision
   recordBan(runtime, policy, startedAt)

@@ -1,6 +1,7 @@
 import { test, type Test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import rateLimit from '../lib/index.js'
+import { policyTable } from '../lib/api/api.js'
 import { setupRedisApp, type RedisApp } from './helpers/app.js'
 
 /*
@@ -102,6 +103,10 @@ test('policies() lists both routes with their constraints; an override reaches o
     { url: '/plain', limit: { limit: 5 } }
   ])
   t.notOk('constraints' in (rows[2] ?? {}), 'an unconstrained row has no constraints field')
+  const table = policyTable(app.rateLimit.policies()).split('\n')
+  t.ok(table.some((line) => line.startsWith('GET /api {"host":"a.example.com"}  tenant-a')), 'printPolicies shows each route with its constraints')
+  t.notOk(table.some((line) => line.startsWith('HEAD /api')), 'and folds each HEAD twin into its own GET')
+  await t.rejects(app.rateLimit.peek('GET /api', { ip: '203.0.113.7' }), { code: 'FST_RRL_AMBIGUOUS_TARGET', message: /'GET \/api \{"host":"a\.example\.com"\}' \(or "tenant-a"\), 'GET \/api \{"host":\/\^b\\\.\/\}' \(or "tenant-b"\)/ }, 'a block name of its own is offered too')
   const override = await app.rateLimit.setOverride({ target: 'tenant-b', limit: 1, ttl: 60_000, actor: 'ops', reason: 'test' })
   t.equal(override.route, 'GET /api {"host":/^b\\./}', 'a RegExp is shown by its source and flags')
   t.equal(await get(app, '/api', { host: 'b.example.com' }), 200)

@@ -90,10 +90,13 @@ export class PolicyRegistry implements TargetRegistry {
   /** A target that reaches `policy` alone: its label when no other policy shares it, else its object form; plus its own unshared names. */
   #hint (policy: CompiledPolicy): string {
     const hint = this.#hints.get(policy)
-    const alone = (name: string): boolean => this.#targets.get(name)?.length === 1
-    const names = [...this.#targets].filter(([name, claims]) => claims.length === 1 && claims[0] === policy && name !== hint?.label && !name.includes(' '))
+    const alone = (name: string): boolean => {
+      const claims = this.#targets.get(name)
+      return claims?.length === 1 && claims[0] === policy
+    }
+    const names = policy.blocks.flatMap((block) => !block.global && alone(block.name) ? [JSON.stringify(block.name)] : [])
     const route = hint === undefined ? `'${policy.route}'` : alone(hint.label) ? `'${hint.label}'` : hint.object
-    return names.length === 0 ? route : `${route} (or ${names.map(([name]) => JSON.stringify(name)).join(', ')})`
+    return names.length === 0 ? route : `${route} (or ${names.join(', ')})`
   }
 }
 

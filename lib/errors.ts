@@ -136,6 +136,13 @@ export const FST_RRL_UNKNOWN_POLICY = createError(
   500, TypeError
 )
 
+/** An API target several routes (or policies) answer to: the message lists a target that reaches each one. */
+export const FST_RRL_AMBIGUOUS_TARGET = createError(
+  'FST_RRL_AMBIGUOUS_TARGET',
+  'fastify.rateLimit.%s: %s names %s; name one by a target from this list, or as { method, url, constraints }',
+  500, TypeError
+)
+
 export const FST_RRL_INVALID_API_CALL = createError(
   'FST_RRL_INVALID_API_CALL',
   'fastify.rateLimit.%s: %s',

@@ -99,7 +99,8 @@ export function withBans (summaries: PolicySummary[], registry: PolicyRegistry, 
   if (bans.size === 0) return summaries
   for (const summary of summaries) {
     if (summary.limits.length === 0) continue
-    const count = bans.countFor(registry.find(`${summary.method.split(',')[0] as string} ${summary.url}`, 'policies'))
+    const policy = registry.findRow(summary)
+    const count = policy === undefined ? 0 : bans.countFor(policy)
     if (count > 0) summary.bans = count
   }
   return summaries

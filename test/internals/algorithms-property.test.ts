@@ -437,7 +437,7 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
   t.teardown(async () => { await client.quit() })
   const prefix = uniquePrefix('swrule')
   const model = memoryAlgorithms['sliding-window']
-  const tally = { steps: 0, boundary: 0, refused: 0, probed: 0, overdrawn: 0, widest: 0 }
+  const tally = { steps: 0, boundary: 0, refused: 0, probed: 0, overdrawn: 0, widest: 0, wideOverdrawn: 0 }
   let run = 0
 
   const arbitrary = fc.record({
@@ -470,6 +470,23 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
     return { limit, w, steps }
   })
 
+  // Always run: an overdraft of twice the largest limit, so prev × W is beyond 2^53 in the next
+  // window, decided at its start, half way, and its last ms (the rule admits again near its end).
+  const overdrawn = (w: number): { limit: number, w: number, steps: Step[] } => {
+    const limit = maxLimitFor('sliding-window', w)
+    const start = 60 * w
+    const next = start + w
+    return {
+      limit,
+      w,
+      steps: [
+        { now: start + 5, cost: limit, force: true }, { now: start + 6, cost: limit, force: true },
+        { now: next, cost: 1 }, { now: next + Math.floor(w / 2), cost: 1 }, { now: next + w - 1, cost: 1 }, { now: next + w - 1, cost: limit }
+      ]
+    }
+  }
+  const examples = [[overdrawn(MAX_WINDOW_MS)], [overdrawn(DAY_MS)], [overdrawn(MAX_WINDOW_MS - 7)]] as Array<[{ limit: number, w: number, steps: Step[] }]>
+
   await fc.assert(fc.asyncProperty(arbitrary, async ({ limit, w, steps }) => {
     const tag = `${prefix}:{${run++}}`
     const args: Array<number | string> = [limit, w, limit, limit]
@@ -482,6 +499,7 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
       const at = `limit ${limit}, W ${w}, step ${i} (cost ${cost}${force === true ? ', forced' : ''} at ${now % w} ms into window ${Math.floor(now / w)})`
       const [, prev] = countsAt(state, now, w)
       if (prev > limit) tally.overdrawn++
+      if (BigInt(prev) * BigInt(w) > 2n ** 53n) tally.wideOverdrawn++
       if (force === true) {
         assert.equal(row[0], 1, `${at}: a forced charge always applies`)
         const charged = model.charge?.(freeze(state === undefined ? undefined : { ...state, idx: Number(state.idx) }), params, cost, now, 0)
@@ -512,10 +530,11 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
       }
       state = expected.state
     })
-  }), { numRuns: NUM_RUNS })
-  t.pass(`${NUM_RUNS} histories, ${tally.steps} decisions (${tally.boundary} within 3 ms of a boundary, ${tally.widest} with limit × W above 2^52), ${tally.refused} refused, ${tally.probed} probed, ${tally.overdrawn} on an overdrawn previous window`)
+  }), { numRuns: NUM_RUNS, examples })
+  t.pass(`${NUM_RUNS} histories, ${tally.steps} decisions (${tally.boundary} within 3 ms of a boundary, ${tally.widest} with limit × W above 2^52), ${tally.refused} refused, ${tally.probed} probed, ${tally.overdrawn} on an overdrawn previous window, ${tally.wideOverdrawn} with prev × W above 2^53`)
   t.ok(tally.boundary > NUM_RUNS, 'decisions at window boundaries')
   t.ok(tally.probed > NUM_RUNS, 'retryAfterMs probed on the Lua')
   t.ok(tally.overdrawn > NUM_RUNS / 10, 'overdrawn previous windows (up to twice the limit)')
   t.ok(tally.widest > NUM_RUNS / 10, 'limit × W near 2^53')
+  t.ok(tally.wideOverdrawn >= 12, 'previous windows overdrawn beyond what a double holds exactly when multiplied by W')
 })

@@ -14,6 +14,7 @@
  * charge's reply reaches the client's socket, before the client parses it:
  * the script ran at the earlier time, the plugin reads the later one.
  */
+import { performance } from 'node:perf_hooks'
 import { test, type Test } from 'tap'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Redis } from 'ioredis'
@@ -155,4 +156,50 @@ test('sliding-window: a reservation charged just before a boundary and read afte
   t.equal(clock.now, boundary + 50, 'the charge was read 100 ms late, in the next window')
   t.ok(await eventually(() => app.rateLimit.stats().refunded === 1), 'the refund reached Redis')
   t.match(await app.rateLimit.peek('GET /sw', IP), { remaining: 5 }, 'the units left the previous window they were spent in: the full quota is back')
+})
+
+/**
+ * One try of the real-clock case: a reservation sent about 55 ms before a
+ * 2 s boundary of Redis TIME, the event loop busy for 100 ms when its reply
+ * arrives, then 5 units in the new window, then the refund. Undefined when
+ * the machine's timing missed the setup (the charge not just before the
+ * boundary, or the scenario not done within the new window): tried again.
+ */
+async function stalledTry (app: FastifyInstance, redis: Redis, held: ReturnType<typeof gate>, seen: { reset: number, handledAt: number }): Promise<{ next: number[], after: number } | undefined> {
+  const W = 2000
+  const boundary = (Math.floor(Date.now() / W) + 1) * W
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, boundary - 80 - Date.now())))
+  while (Date.now() < boundary - 55);
+  if (Date.now() > boundary - 50) return undefined
+  redis.stream.prependOnceListener('data', () => { const end = performance.now() + 100; while (performance.now() < end);/* the stall */ })
+  const a = app.inject({ url: '/stall', headers: { 'x-cost': '5', 'x-hold': '1', 'x-fail': '1' } })
+  await held.entered
+  // The charge was made in the window ending at the boundary (by Redis TIME), and its reply read after it.
+  const setUp = seen.reset <= 200 && seen.handledAt >= boundary && seen.handledAt < boundary + 500
+  const next: number[] = []
+  if (setUp) for (let i = 0; i < 5; i++) next.push(await status(app, '/stall'))
+  held.open()
+  await a
+  if (!setUp || !await eventually(() => app.rateLimit.stats().refunded === 1)) return undefined
+  const after = await status(app, '/stall')
+  return Date.now() < boundary + W - 100 ? { next, after } : undefined
+}
+
+test('real clock: an event-loop stall between the charge and the hook does not move the refund into the next window', async (t) => {
+  let result: { next: number[], after: number } | undefined
+  let tries = 0
+  while (result === undefined && tries < 5) {
+    tries++
+    const { app, redis } = await setupRedisApp(t, 'gs', { clock: undefined })
+    const held = gate()
+    const seen = { reset: -1, handledAt: 0 }
+    app.addHook('preHandler', async (req) => { if (req.headers['x-hold'] === '1') seen.handledAt = Date.now(); seen.reset = req.rateLimit?.resetMs ?? -1 })
+    route(app, '/stall', { algorithm: 'fixed-window', limit: 5, window: '2s', refundOn: (reply: FastifyReply) => reply.statusCode === 503 }, held)
+    await app.ready()
+    result = await stalledTry(app, redis, held, seen)
+    await app.close()
+  }
+  t.ok(result !== undefined, `the timing was set up within ${tries} tries`)
+  t.same(result?.next, [200, 200, 200, 200, 200], 'the new window admits its own 5')
+  t.equal(result?.after, 429, 'the refund of a unit spent in the old window gave nothing to the new one')
 })

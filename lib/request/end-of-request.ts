@@ -21,13 +21,13 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  * - At that moment each source in `ended` (refunds, settles) turns the
  *   request's `Ending` (the blocks that charged it, their keys and costs,
  *   the charge's time on the store's clock, which the store compares with
- *   its own: never this instance's) into store adjustments; a sync source is read in the
- *   same tick (a refund is queued before the caller's next request), an
- *   async one is awaited (it bounds its own wait). Whatever they give goes
- *   in ONE `store.adjust` call (one batch entry, one hash slot), through
- *   decide/given-back.ts (the one path for units given back: deny cache,
- *   stats, metrics); a failed call is logged and dropped. Nothing here delays or fails the response:
- *   it has closed already.
+ *   its own: never this instance's) into store adjustments; a sync source
+ *   is read in the same tick (a refund is queued before the caller's next
+ *   request), an async one is awaited (it bounds its own wait). Whatever
+ *   they give goes in ONE `store.adjust` call (one batch entry, one hash
+ *   slot), through decide/given-back.ts (the one path for units given back:
+ *   deny cache, stats, metrics); a failed call is logged and dropped.
+ *   Nothing here delays or fails the response: it has closed already.
  * - Concurrency slots held for the request (decide/slots.ts) are released
  *   by the same call: one idempotent release entry per slot, taken off the
  *   keeper (so renewals stop) in the tick the response closed. A call of

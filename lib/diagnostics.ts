@@ -69,6 +69,8 @@ export interface Metrics {
   decision: (route: string, policy: string, outcome: Outcome, durationMs: number) => void
   storeError: (route: string, cause: StoreErrorCause) => void
   denyCacheHit: (route: string, policy: string) => void
+  /** Usage changed after the fact: a request's refund or settle, or an adjust() call (decide/given-back.ts). */
+  usageChange: (route: string, source: 'refund' | 'settle' | 'adjust') => void
   /** One script call to Redis: how many decisions it carried, and ms from write to reply (or failure). */
   storeCall: (size: number, latencyMs: number) => void
   /** Stops the event-loop sampler (at close). */
@@ -81,6 +83,7 @@ export const METRICS = {
   duration: 'rate_limit.decision.duration',
   storeErrors: 'rate_limit.store.errors',
   denyCacheHits: 'rate_limit.deny_cache.hits',
+  usageChanges: 'rate_limit.usage.changes',
   batchSize: 'rate_limit.store.batch.size',
   storeLatency: 'rate_limit.store.latency',
   eventLoopDelay: 'rate_limit.event_loop.delay'
@@ -116,6 +119,7 @@ export async function loadMetrics (): Promise<Metrics | undefined> {
   const duration = meter.createHistogram(METRICS.duration, { description: 'Time to take a rate limit decision', unit: 'ms' })
   const storeErrors = meter.createCounter(METRICS.storeErrors, { description: 'Rate limiter store failures by cause' })
   const denyHits = meter.createCounter(METRICS.denyCacheHits, { description: 'Requests refused by the local deny cache without a store round trip' })
+  const usageChanges = meter.createCounter(METRICS.usageChanges, { description: 'Usage changed after the fact (units given back or charged), by route and source: refund, settle, adjust' })
   const batchSize = meter.createHistogram(METRICS.batchSize, { description: 'Decisions carried by one script call to Redis' })
   const storeLatency = meter.createHistogram(METRICS.storeLatency, { description: 'Time from writing a script call to its reply (includes the wait for this process to read it)', unit: 'ms' })
   // A slow Redis shows in store latency alone; a saturated process shows in both, and here.
@@ -134,6 +138,7 @@ export async function loadMetrics (): Promise<Metrics | undefined> {
     },
     storeError: (route, cause) => { storeErrors.add(1, { route, cause }) },
     denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) },
+    usageChange: (route, source) => { usageChanges.add(1, { route, source }) },
     storeCall: (size, latencyMs) => {
       batchSize.record(size)
       storeLatency.record(latencyMs)

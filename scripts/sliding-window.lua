@@ -10,9 +10,9 @@
 -- docs/algorithms.md). Instances before this rule floored the weighted count (admitting up
 -- to one unit more at a boundary); during a rolling deploy they read and write the same
 -- state, so the two rules only differ by that unit on the old instances' decisions.
--- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
---   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
 --   refused; usage is kept up to one capacity over the limit, an overdraft the next
 --   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
@@ -57,10 +57,11 @@ local function nextMs (cur, prev, limit, available, w, elapsed)
   return retryMs(cur, prev, limit, available + 1, w, elapsed)
 end
 
--- A refund (mode 2) from the window it was spent in, the current one (cur) or
--- the previous one (prev): the counts after it, or nil when nothing is given back.
-local function refunded (idx, cur, prev, w, now, cost, elapsedSince)
-  local atIdx = floor((now - elapsedSince) / w)
+-- A refund (mode 2) from the window it was charged in (at ms chargedAt, the
+-- script's own clock then), the current one (cur) or the previous one (prev):
+-- the counts after it, or nil when nothing is given back.
+local function refunded (idx, cur, prev, w, cost, chargedAt)
+  local atIdx = floor(chargedAt / w)
   if atIdx == idx and cur > 0 then
     cur = cur - cost
     if cur < 0 then cur = 0 end
@@ -73,7 +74,7 @@ local function refunded (idx, cur, prev, w, now, cost, elapsedSince)
   return nil
 end
 
-return function (key, limit, w, _, cost, now, mode, elapsedSince)
+return function (key, limit, w, _, cost, now, mode, chargedAt)
 
   local idx = floor(now / w)
   local elapsed = now - idx * w
@@ -94,7 +95,7 @@ return function (key, limit, w, _, cost, now, mode, elapsedSince)
 
   local remaining = 0
   if mode == 2 then
-    cur, prev = refunded(idx, cur, prev, w, now, cost, elapsedSince)
+    cur, prev = refunded(idx, cur, prev, w, cost, chargedAt)
     if cur == nil then return 0 end
   elseif mode == 3 then
     -- a charge goes to the current window (the one it was spent in, while that is current)

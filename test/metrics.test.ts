@@ -161,3 +161,23 @@ test('a meter that throws while Redis is down: the request gets a 500 and consum
   await new Promise((resolve) => setImmediate(resolve))
   t.same(unhandled, [], 'no unhandled rejection')
 })
+
+test('usage changed after the fact is counted once per request and source, and once per adjust() call; a meter that throws there changes nothing', async (t) => {
+  recorded.length = 0
+  const { app } = await setup(t)
+  app.get('/refund', { config: { rateLimit: { limit: 5, window: '1m', refundOn: (reply) => reply.statusCode === 503 } } }, async (req, reply) => await reply.code(503).send('busy'))
+  app.get('/settle', { config: { rateLimit: { limit: 5, window: '1m', cost: 3, settle: () => 1 } } }, async () => 'ok')
+  await app.ready()
+  await app.inject('/refund')
+  await app.inject('/settle')
+  const changes = (): Array<Record<string, string>> => recorded.filter((r) => r.name === METRICS.usageChanges).map((r) => r.attributes)
+  const deadline = Date.now() + 5000
+  while (changes().length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5))
+  await app.rateLimit.adjust('GET /settle', { ip: '127.0.0.1' }, -1)
+  t.same(changes(), [{ route: 'GET /refund', source: 'refund' }, { route: 'GET /settle', source: 'settle' }, { route: 'api GET /settle', source: 'adjust' }])
+  t.match(app.rateLimit.stats(), { refunded: 1, settled: 1 })
+  failing = METRICS.usageChanges
+  t.teardown(() => { failing = undefined })
+  t.same(await app.rateLimit.adjust('GET /settle', { ip: '127.0.0.1' }, -1), ['get-settle'], 'the change is made and adjust() resolves')
+  t.match(await app.rateLimit.peek('GET /settle', { ip: '127.0.0.1' }), { remaining: 5 }, 'both give-backs applied')
+})

@@ -346,8 +346,8 @@ test('clock frozen: 200 concurrent settled requests over 2 instances leave usage
     for (let i = 0; i < 200; i++) state = algorithm.step(state, params, 1, clock.now).state ?? state
     for (let i = 0; i < 200; i++) {
       const units = usedBy(i) - 1
-      if (units > 0) state = algorithm.charge?.(state, params, units, clock.now, 0)?.state
-      if (units < 0) state = algorithm.refund?.(state, params, -units, clock.now, 0)?.state
+      if (units > 0) state = algorithm.charge?.(state, params, units, clock.now)?.state
+      if (units < 0) state = algorithm.refund?.(state, params, -units, clock.now, clock.now)?.state
     }
     const [key] = await redis.keys(`${prefix}:{GET:/${path}|*`)
     const stored = await readState(redis, key as string)

@@ -3,6 +3,7 @@ import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/eval
 import { holdSlots, newSlotId } from '../decide/slots.js'
 import { FST_RRL_AMBIGUOUS_TARGET, FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
+import { changeUsage } from '../decide/given-back.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
 import type { Bans } from './bans.js'
@@ -145,7 +146,7 @@ function namedBlocks (policy: CompiledPolicy, target: RateLimitTarget): boolean[
  * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
  * refused.
  */
-async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, overrides: Overrides, runtime: Runtime): Promise<string[]> {
+async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, overrides: Overrides, { runtime, log }: { runtime: Runtime, log: FastifyBaseLogger }): Promise<string[]> {
   const input = await apiInput(policy, identity, 1, overrides)
   const chosen = namedBlocks(policy, target)
   const entries: Adjustment[] = []
@@ -153,13 +154,12 @@ async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, ide
   policy.blocks.forEach((block, i) => {
     // A concurrency block counts requests in flight, not units: acquire() and release() change it.
     if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
-    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units, elapsedMs: 0 })
+    // No charge time: a change made now, to the current window.
+    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units })
     names.push(block.name)
   })
   if (units === 0 || entries.length === 0) return names
-  await runtime.store.adjust(entries)
-  // units given back: this instance no longer refuses the caller from its deny cache
-  if (units < 0) for (const entry of entries) runtime.denyCache?.delete(entry.key)
+  await changeUsage(runtime, { route: `api ${policy.route}`, log, sources: ['adjust'], entries })
   return names
 }
 
@@ -271,7 +271,7 @@ export function createApi (
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')
-      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, runtime)
+      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, { runtime, log })
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')

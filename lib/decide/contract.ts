@@ -76,4 +76,6 @@ export interface Evaluation {
   shadowViolated: string[]
   retrySeconds: number
   source: DecisionSource
+  /** When the store charged this decision, on its clock (store/port.ts Decided.at): what a give-back sends. Undefined unless the store decided. */
+  chargedAt: number | undefined
 }

@@ -20,7 +20,7 @@ function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime,
 async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<Evaluation> {
   const runs: BlockRun[] = input.runs.map((run) => ({ ...run, params: run.local ?? run.params }))
   const local = { ...input, runs }
-  const decisions = await runtime.localStore().decide(local, 'charge')
+  const { decisions } = await runtime.localStore().decide(local, 'charge')
   // The decision channel names no shadow refusal of the local limiter.
   const verdict: Verdict = { ...combine(input.policy, runs, decisions), shadowViolated: [] }
   if (verdict.rejected) runtime.stats.limited++

@@ -103,11 +103,11 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     return
   }
   // Every outcome of an allowed call reports to the breaker: a probe is never left pending.
-  runtime.store.decide(input, 'charge').then((decisions) => {
+  runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
     let evaluation: Evaluation
     try {
       breaker?.success()
-      evaluation = fromStore(input, origin, runtime, decisions, now, startedAt)
+      evaluation = fromStore(input, origin, runtime, decisions, now, startedAt, at)
     } catch (error) {
       fail(error as Error)
       return
@@ -134,8 +134,8 @@ function fromCache (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
   return evaluation
 }
 
-/** The store's decisions, combined, counted, remembered (refusals) and published. */
-function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, startedAt: number): Evaluation {
+/** The store's decisions (taken at `at`, its clock), combined, counted, remembered (refusals) and published. */
+function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, startedAt: number, at: number): Evaluation {
   const { stats, denyCache } = runtime
   const verdict = combine(input.policy, input.runs, decisions)
   const { rejected, outcome } = verdict
@@ -147,7 +147,7 @@ function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
     stats.allowed++
     if (outcome === 'shadow-limited') stats.shadowLimited++
   }
-  const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge')
+  const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge', at)
   if (outcome !== 'allowed') logRefusal(input, origin, runtime, evaluation, now)
   publish(runtime, input, origin, evaluation, startedAt)
   return evaluation
@@ -159,6 +159,6 @@ function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
  * failures reject (the caller asked for state, not for a request to pass).
  */
 export async function peek (input: DecisionInput, runtime: Runtime): Promise<RateLimitDecision> {
-  const decisions = await runtime.store.decide(input, 'peek')
+  const { decisions } = await runtime.store.decide(input, 'peek')
   return toEvaluation(input, decisions, combine(input.policy, input.runs, decisions), 'api', 'peek').decision
 }

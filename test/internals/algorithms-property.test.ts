@@ -234,10 +234,10 @@ function checkTtl (calls: string[], ttlMs: number, now: number, expiresAt: numbe
  */
 function forcedStep (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, cost: number, now: number, row: Row, current: unknown, stale: unknown, expiresAt: number | undefined, at: string): { state: unknown, ttlMs: number, staleState: unknown } {
   assert.equal(row[0], 1, `${at}: a forced charge always applies`)
-  const charged = model.charge?.(freeze(current), params, cost, now, 0)
+  const charged = model.charge?.(freeze(current), params, cost, now)
   assert.ok(charged !== undefined && charged.state !== undefined, `${at}: the model charges`)
   checkTtl(row[5] === '' ? [] : row[5].split(','), charged.ttlMs, now, expiresAt, at)
-  return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now, 0)?.state }
+  return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now)?.state }
 }
 
 test('Lua scripts and the memory model agree on random sequences', async (t) => {
@@ -502,7 +502,7 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
       if (BigInt(prev) * BigInt(w) > 2n ** 53n) tally.wideOverdrawn++
       if (force === true) {
         assert.equal(row[0], 1, `${at}: a forced charge always applies`)
-        const charged = model.charge?.(freeze(state === undefined ? undefined : { ...state, idx: Number(state.idx) }), params, cost, now, 0)
+        const charged = model.charge?.(freeze(state === undefined ? undefined : { ...state, idx: Number(state.idx) }), params, cost, now)
         state = ruleCharge(state, limit, w, cost, now)
         assert.deepEqual(asCounts(charged?.state), state, `${at}: the model charges as the rule does`)
         return

@@ -20,12 +20,13 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
     count = count + cost
     return { decision: decision(true, limit - count, toEnd, 0, toEnd), state: { idx, count }, ttlMs: toEnd }
   },
-  refund (state, { windowMs: w, start }, cost, now, elapsedMs) {
+  refund (state, { windowMs: w, start }, cost, now, chargedAt) {
     now = Math.floor(now)
     const idx = start ?? idiv(now, w)
     const from = start ?? idx * w
     const count = state !== undefined && state.idx === idx ? state.count : 0
-    if (count === 0 || now - elapsedMs < from) return undefined
+    // only while the window the units were charged in is the current one
+    if (count === 0 || chargedAt < from || chargedAt >= from + w) return undefined
     return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: from + w - now }
   },
   charge (state, { limit, windowMs: w, start }, cost, now) {
@@ -93,11 +94,12 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
       ttlMs: (idx + 2) * w - now
     }
   },
-  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+  refund (state, { windowMs: w }, cost, now, chargedAt) {
     now = Math.floor(now)
     const idx = idiv(now, w)
     let [cur, prev] = counts(state, idx)
-    const atIdx = idiv(now - elapsedMs, w)
+    // the window the units were charged in: the current or the previous one
+    const atIdx = idiv(chargedAt, w)
     if (atIdx === idx && cur > 0) cur = Math.max(0, cur - cost)
     else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)
     else return undefined

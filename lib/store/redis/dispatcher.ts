@@ -279,16 +279,16 @@ export class Dispatcher {
     this.#failAll(call, new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)))
   }
 
-  /** Gives each job its share of a batch reply (protocol.ts splits it), or the error it failed with. */
+  /** Gives each job its share of a batch reply (protocol.ts splits it) and the script's `now`, or the error it failed with. */
   #deliver (jobs: readonly BatchJob[], reply: unknown): void {
-    const results = splitBatchReply(jobs, reply)
+    const { at, results } = splitBatchReply(jobs, reply)
     for (let j = 0; j < jobs.length; j++) {
       const job = jobs[j] as BatchJob
       const result = results[j] as number[] | Error
       if (result instanceof Error) this.#fail(job, result)
       else {
         this.#pending--
-        job.resolve(result)
+        job.resolve(result, at)
       }
     }
   }

@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as delay } from 'node:timers/promises'
-import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
@@ -9,7 +8,7 @@ import { buildLibrary } from './library.js'
 import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -98,10 +97,10 @@ export class RedisStore implements Store {
     return this.#route.functions
   }
 
-  /** Every block of one request, all-or-nothing, in this turn's batch. */
-  decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
+  /** Every block of one request, all-or-nothing, in this turn's batch; `at` is the script's `now` (Redis TIME, or the test clock sent). */
+  decide (request: StoreRequest, mode: DecideMode): Promise<Decided> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue(decideCall(request, mode, (values) => { resolve(toDecisions(values)) }, reject))
+      this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => { resolve({ decisions: toDecisions(values), at }) }, reject))
     })
   }
 

@@ -45,7 +45,9 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * counted at most once, whatever the client's settings. Slot releases and
  * renewals are idempotent (a ZREM, a ZADD of a live member): they travel in
  * calls of their own, are never defused, and a release is retried by the
- * store after a timeout.
+ * store after a timeout. "Function not found" (a restart without persistence,
+ * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
+ * which also fills the script cache; the library is loaded again behind it.
  *
  * A decision given up on (timeout, connection lost, unreadable reply) may
  * have taken concurrency slots that nobody holds, renews or releases: its copy
@@ -58,9 +60,8 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * in order, runs it after the call, never before: a release that ran first
  * would free nothing. The one on the late reply covers what that order does
  * not (a redirect that moved the call, or every try of the first failing); a
- * release that is never answered leaves the slot to its lease. "Function not found" (a restart without persistence,
- * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
- * which also fills the script cache; the library is loaded again behind it.
+ * release that is never answered leaves the slot to its lease. A call Redis
+ * refused before running it (BUSY, OOM, a replica, …) took nothing: no release.
  */
 
 /** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */

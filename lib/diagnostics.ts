@@ -77,6 +77,20 @@ export interface Metrics {
   close: () => void
 }
 
+/** How a throwing metrics instrument or logger on the decision path is logged (once per burst). */
+export const TELEMETRY_THREW = 'rate limit telemetry threw (a metrics instrument or a logger); the request was answered as if it had not'
+
+/** The record function, isolated: a throw goes to `onThrow`, never to the decision path that recorded. */
+function isolated<A extends unknown[]> (record: (...args: A) => void, onThrow: (error: unknown) => void): (...args: A) => void {
+  return (...args) => {
+    try {
+      record(...args)
+    } catch (error) {
+      onThrow(error)
+    }
+  }
+}
+
 /** Instrument names (stable, part of the public API). */
 export const METRICS = {
   decisions: 'rate_limit.decisions',
@@ -104,8 +118,9 @@ interface Meter {
  * when @opentelemetry/api cannot be imported or no MeterProvider is registered
  * (the no-op meter: nothing would be recorded, so nothing is measured). Called
  * at ready(), so an SDK registered after the plugin but before ready() is used.
+ * Every recording is isolated: an instrument's throw goes to `onThrow`.
  */
-export async function loadMetrics (): Promise<Metrics | undefined> {
+export async function loadMetrics (onThrow: (error: unknown) => void): Promise<Metrics | undefined> {
   let meter: Meter
   try {
     const api = await import('@opentelemetry/api')
@@ -126,23 +141,26 @@ export async function loadMetrics (): Promise<Metrics | undefined> {
   const loopDelay = meter.createHistogram(METRICS.eventLoopDelay, { description: 'Event-loop delay of this process, p99 per second', unit: 'ms' })
   const loop = monitorEventLoopDelay({ resolution: 10 })
   loop.enable()
-  const sampler = setInterval(() => {
+  const sampleLoop = isolated(() => {
     if (loop.count > 0) loopDelay.record(loop.percentile(99) / 1e6)
+  }, onThrow)
+  const sampler = setInterval(() => {
+    sampleLoop()
     loop.reset()
   }, LOOP_SAMPLE_MS)
   sampler.unref()
   return {
-    decision: (route, policy, outcome, durationMs) => {
+    decision: isolated((route: string, policy: string, outcome: Outcome, durationMs: number) => {
       decisions.add(1, { route, policy, outcome })
       duration.record(durationMs, { route, outcome })
-    },
-    storeError: (route, cause) => { storeErrors.add(1, { route, cause }) },
-    denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) },
-    usageChange: (route, source) => { usageChanges.add(1, { route, source }) },
-    storeCall: (size, latencyMs) => {
+    }, onThrow),
+    storeError: isolated((route: string, cause: StoreErrorCause) => { storeErrors.add(1, { route, cause }) }, onThrow),
+    denyCacheHit: isolated((route: string, policy: string) => { denyHits.add(1, { route, policy }) }, onThrow),
+    usageChange: isolated((route: string, source: 'refund' | 'settle' | 'adjust') => { usageChanges.add(1, { route, source }) }, onThrow),
+    storeCall: isolated((size: number, latencyMs: number) => {
       batchSize.record(size)
       storeLatency.record(latencyMs)
-    },
+    }, onThrow),
     close: () => {
       clearInterval(sampler)
       loop.disable()

@@ -7,7 +7,7 @@ import {
   FST_RRL_TRUST_PROXY_TRUE
 } from './errors.js'
 import { createApi, policyTable, PolicyRegistry } from './api/api.js'
-import { loadMetrics } from './diagnostics.js'
+import { loadMetrics, TELEMETRY_THREW } from './diagnostics.js'
 import { constraintText, routeLabel } from './keys/constraints.js'
 import { fastifyTrustProxy } from './keys/ip.js'
 import { isPreflightCatchAll, partitionUnseen } from './policy/preflight.js'
@@ -148,7 +148,7 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   const { preflight, others } = partitionUnseen(unseenRoutes(tree, state.seen, state.scope.name))
   if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
   if (preflight.length > 0) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
-  if (options.metrics) runtime.metrics = await loadMetrics()
+  if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
   if (options.printPolicies) {
     fastify.log.info({ routes: listing.summaries.length }, `rate limits:\n${policyTable(copySummaries(listing.summaries))}`)
   }

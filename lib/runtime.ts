@@ -85,6 +85,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
+    telemetry: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
     denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
     rejections: new OncePerWindow(),

@@ -26,6 +26,8 @@ export interface Runtime {
   failures: BurstLogger
   /** Logs bad cost results at most once per burst. */
   badInput: BurstLogger
+  /** Logs a throwing metrics instrument or logger at most once per burst (TELEMETRY_THREW). */
+  telemetry: BurstLogger
   /** The local deny cache, or undefined when `denyCache: false`. */
   denyCache: DenyCache | undefined
   /** Rejections are logged once per identity per window. */

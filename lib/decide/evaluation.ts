@@ -68,11 +68,10 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
   }
 }
 
-/** Metrics and the decision channel; nothing is measured when neither listens. */
-export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, startedAt: number): void {
+/** Metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
+export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
-  const durationMs = performance.now() - startedAt
   const { decision } = evaluation
   metrics?.decision(origin.route, decision.policy, decision.outcome, durationMs)
   if (evaluation.source === 'deny-cache') metrics?.denyCacheHit(origin.route, decision.policy)

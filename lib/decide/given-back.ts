@@ -51,13 +51,9 @@ export async function changeUsage (runtime: Runtime, change: UsageChange): Promi
   return changed
 }
 
-/** The metric, after the change was made: a meter that throws is logged (once per burst), never taken for a failed change. */
+/** The metric, after the change was made (instruments are isolated where loadMetrics makes them). */
 function count (runtime: Runtime, change: UsageChange): void {
   const metrics = runtime.metrics
   if (metrics === undefined) return
-  try {
-    for (const source of change.sources) metrics.usageChange(change.route, source)
-  } catch (error) {
-    runtime.failures.report(change.log, { err: error, route: change.route }, 'rate limit metrics instrument threw; usage change not counted')
-  }
+  for (const source of change.sources) metrics.usageChange(change.route, source)
 }

@@ -119,6 +119,19 @@ export interface SlotAdjustment {
  */
 export type Adjustment = UnitsAdjustment | SlotAdjustment
 
+/** The releases of the slots a request takes, one per concurrency run (none without a slot id). */
+export function slotReleases (request: StoreRequest): SlotAdjustment[] {
+  const { runs, keys, slot } = request
+  const out: SlotAdjustment[] = []
+  if (slot === undefined) return out
+  for (let i = 0; i < runs.length; i++) {
+    const run = runs[i]
+    const key = keys[i]
+    if (run !== undefined && key !== undefined && isSlotRun(run)) out.push({ kind: 'release', run, key, slot })
+  }
+  return out
+}
+
 /** Whether every entry is a slot's release or renewal (an idempotent call). */
 export function onlySlots (entries: readonly Adjustment[]): entries is readonly SlotAdjustment[] {
   return entries.every((entry) => entry.kind !== 'units')

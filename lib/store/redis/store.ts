@@ -67,6 +67,7 @@ export class RedisStore implements Store {
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
+  #log: DebugLog | undefined
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
@@ -74,7 +75,14 @@ export class RedisStore implements Store {
     this.#retryMs = Math.max(50, options.timeout)
     const sources = readSources()
     this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
-    this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock })
+    this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock }, (entries) => { this.#releaseAbandoned(entries) })
+  }
+
+  /** The slots of decisions the dispatcher gave up on (dispatcher.ts): nobody holds them; when every try fails the lease reclaims them. */
+  #releaseAbandoned (entries: SlotAdjustment[]): void {
+    this.adjustSlots(entries).catch((error: unknown) => {
+      this.#log?.debug({ cause: (error as Error).message }, 'rate limit: release of an abandoned decision\'s slots failed; the lease reclaims them')
+    })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
@@ -152,6 +160,7 @@ export class RedisStore implements Store {
     const client = this.#client
     const deadline = performance.now() + maxWaitMs
     this.#route.useLog(log)
+    this.#log = log
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
     await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')

@@ -31,9 +31,11 @@ function measure (label: string, apply: (runs: readonly BlockRun[], keys: readon
 
 async function main (): Promise<void> {
   const base = measure('loop alone (key assembly, identity function)', (runs) => runs)
-  const none = new Overrides(undefined, 'rl:overrides', Date.now, log)
+  // The memory store's records (no client): judged by the host clock, as in one process.
+  const clocks = { test: undefined, host: Date.now, monotonic: () => performance.now() }
+  const none = new Overrides(undefined, 'rl:overrides', clocks, log)
   const empty = measure('no override in force', (runs, k) => none.apply(policy, runs, k))
-  const some = new Overrides(undefined, 'rl:overrides', Date.now, log)
+  const some = new Overrides(undefined, 'rl:overrides', clocks, log)
   // 1,000 callers of other routes have their own overrides: every request misses twice.
   for (let i = 0; i < 1000; i++) await some.set({ id: `rl:{GET:/other|ip=10.1.0.${i}}:SW60000`, blockId: 'rl:{GET:/other|*}:SW60000', block: 'other', route: 'GET /other', identity: null, limit: 5, expiresAt: null, actor: 'bench', reason: 'bench', setAt: 0 })
   const miss = measure('1,000 overrides in force, none for this route', (runs, k) => some.apply(policy, runs, k))

@@ -69,10 +69,26 @@ export interface Metrics {
   decision: (route: string, policy: string, outcome: Outcome, durationMs: number) => void
   storeError: (route: string, cause: StoreErrorCause) => void
   denyCacheHit: (route: string, policy: string) => void
+  /** Usage changed after the fact: a request's refund or settle, or an adjust() call (decide/given-back.ts). */
+  usageChange: (route: string, source: 'refund' | 'settle' | 'adjust') => void
   /** One script call to Redis: how many decisions it carried, and ms from write to reply (or failure). */
   storeCall: (size: number, latencyMs: number) => void
   /** Stops the event-loop sampler (at close). */
   close: () => void
+}
+
+/** How a throwing metrics instrument or logger on the decision path is logged (once per burst). */
+export const TELEMETRY_THREW = 'rate limit telemetry threw (a metrics instrument or a logger); the request was answered as if it had not'
+
+/** The record function, isolated: a throw goes to `onThrow`, never to the decision path that recorded. */
+function isolated<A extends unknown[]> (record: (...args: A) => void, onThrow: (error: unknown) => void): (...args: A) => void {
+  return (...args) => {
+    try {
+      record(...args)
+    } catch (error) {
+      onThrow(error)
+    }
+  }
 }
 
 /** Instrument names (stable, part of the public API). */
@@ -81,6 +97,7 @@ export const METRICS = {
   duration: 'rate_limit.decision.duration',
   storeErrors: 'rate_limit.store.errors',
   denyCacheHits: 'rate_limit.deny_cache.hits',
+  usageChanges: 'rate_limit.usage.changes',
   batchSize: 'rate_limit.store.batch.size',
   storeLatency: 'rate_limit.store.latency',
   eventLoopDelay: 'rate_limit.event_loop.delay'
@@ -101,8 +118,9 @@ interface Meter {
  * when @opentelemetry/api cannot be imported or no MeterProvider is registered
  * (the no-op meter: nothing would be recorded, so nothing is measured). Called
  * at ready(), so an SDK registered after the plugin but before ready() is used.
+ * Every recording is isolated: an instrument's throw goes to `onThrow`.
  */
-export async function loadMetrics (): Promise<Metrics | undefined> {
+export async function loadMetrics (onThrow: (error: unknown) => void): Promise<Metrics | undefined> {
   let meter: Meter
   try {
     const api = await import('@opentelemetry/api')
@@ -116,28 +134,33 @@ export async function loadMetrics (): Promise<Metrics | undefined> {
   const duration = meter.createHistogram(METRICS.duration, { description: 'Time to take a rate limit decision', unit: 'ms' })
   const storeErrors = meter.createCounter(METRICS.storeErrors, { description: 'Rate limiter store failures by cause' })
   const denyHits = meter.createCounter(METRICS.denyCacheHits, { description: 'Requests refused by the local deny cache without a store round trip' })
+  const usageChanges = meter.createCounter(METRICS.usageChanges, { description: 'Usage changed after the fact (units given back or charged), by route and source: refund, settle, adjust' })
   const batchSize = meter.createHistogram(METRICS.batchSize, { description: 'Decisions carried by one script call to Redis' })
   const storeLatency = meter.createHistogram(METRICS.storeLatency, { description: 'Time from writing a script call to its reply (includes the wait for this process to read it)', unit: 'ms' })
   // A slow Redis shows in store latency alone; a saturated process shows in both, and here.
   const loopDelay = meter.createHistogram(METRICS.eventLoopDelay, { description: 'Event-loop delay of this process, p99 per second', unit: 'ms' })
   const loop = monitorEventLoopDelay({ resolution: 10 })
   loop.enable()
-  const sampler = setInterval(() => {
+  const sampleLoop = isolated(() => {
     if (loop.count > 0) loopDelay.record(loop.percentile(99) / 1e6)
+  }, onThrow)
+  const sampler = setInterval(() => {
+    sampleLoop()
     loop.reset()
   }, LOOP_SAMPLE_MS)
   sampler.unref()
   return {
-    decision: (route, policy, outcome, durationMs) => {
+    decision: isolated((route: string, policy: string, outcome: Outcome, durationMs: number) => {
       decisions.add(1, { route, policy, outcome })
       duration.record(durationMs, { route, outcome })
-    },
-    storeError: (route, cause) => { storeErrors.add(1, { route, cause }) },
-    denyCacheHit: (route, policy) => { denyHits.add(1, { route, policy }) },
-    storeCall: (size, latencyMs) => {
+    }, onThrow),
+    storeError: isolated((route: string, cause: StoreErrorCause) => { storeErrors.add(1, { route, cause }) }, onThrow),
+    denyCacheHit: isolated((route: string, policy: string) => { denyHits.add(1, { route, policy }) }, onThrow),
+    usageChange: isolated((route: string, source: 'refund' | 'settle' | 'adjust') => { usageChanges.add(1, { route, source }) }, onThrow),
+    storeCall: isolated((size: number, latencyMs: number) => {
       batchSize.record(size)
       storeLatency.record(latencyMs)
-    },
+    }, onThrow),
     close: () => {
       clearInterval(sampler)
       loop.disable()

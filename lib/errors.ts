@@ -136,6 +136,13 @@ export const FST_RRL_UNKNOWN_POLICY = createError(
   500, TypeError
 )
 
+/** An API target several routes (or policies) answer to: the message lists a target that reaches each one. */
+export const FST_RRL_AMBIGUOUS_TARGET = createError(
+  'FST_RRL_AMBIGUOUS_TARGET',
+  'fastify.rateLimit.%s: %s names %s; name one by a target from this list, or as { method, url, constraints }',
+  500, TypeError
+)
+
 export const FST_RRL_INVALID_API_CALL = createError(
   'FST_RRL_INVALID_API_CALL',
   'fastify.rateLimit.%s: %s',
@@ -149,10 +156,10 @@ export const FST_RRL_SKIP_FAILED = createError(
   500
 )
 
-/** A `replyBuilder` threw: logged once per burst, the default problem+json reply is sent. */
+/** A `replyBuilder` threw, returned a Promise or no object: logged once per burst, the default problem+json reply is sent. */
 export const FST_RRL_REPLY_BUILDER_FAILED = createError(
   'FST_RRL_REPLY_BUILDER_FAILED',
-  'replyBuilder threw for route %s; sending the default problem+json reply',
+  'replyBuilder failed for route %s (threw, or returned a Promise or no object); sending the default problem+json reply',
   500
 )
 

@@ -7,7 +7,8 @@ import {
   FST_RRL_TRUST_PROXY_TRUE
 } from './errors.js'
 import { createApi, policyTable, PolicyRegistry } from './api/api.js'
-import { loadMetrics } from './diagnostics.js'
+import { loadMetrics, TELEMETRY_THREW } from './diagnostics.js'
+import { constraintText, routeLabel } from './keys/constraints.js'
 import { fastifyTrustProxy } from './keys/ip.js'
 import { isPreflightCatchAll, partitionUnseen } from './policy/preflight.js'
 import { resolveOptions, type ResolvedOptions } from './options.js'
@@ -22,7 +23,7 @@ import {
 import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from './policy/summary.js'
 import { limitNotFound } from './request/not-found.js'
 import { createRouteHook, type HookNext } from './request/route-hook.js'
-import { markContexts, scopeMarker, unseenRoutes, type RouteEntry } from './policy/routes.js'
+import { markContexts, scopeMarker, seenRoute, unseenRoutes, type RouteEntry } from './policy/routes.js'
 import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from './runtime.js'
 import type { RateLimitPluginOptions } from './types.js'
 
@@ -110,27 +111,29 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
 /** onRoute: compiles the route's block (or the defaultLimit) and attaches its hooks. */
 function limitRoute (state: PluginState, route: RouteOptions): void {
   const { options, listing } = state
-  for (const method of methodsOf(route.method)) state.seen.push({ method, url: route.url })
+  // Method, URL and constraints name a route: two hosts' routes on one URL are two routes (keys/constraints.ts).
+  const constraints = constraintText(route.constraints)
+  for (const method of methodsOf(route.method)) state.seen.push(seenRoute(method, route.url, route.constraints))
   const methodLabel = methodsOf(route.method).join(',')
+  const row = { method: methodLabel, url: route.url, constraints: route.constraints }
   const config = route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined
   const declared = config?.[options.configKey]
   if (declared === false || (declared === undefined && isPreflightCatchAll(route.method, route.url))) {
-    listUnlimited(listing, methodLabel, route.url)
+    listUnlimited(listing, row)
     return
   }
   const block = declared ?? options.defaultLimit
   if (block === undefined && state.globals.length === 0) {
     // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
-    if (route.method !== 'HEAD' || !state.undeclared.includes(`GET ${route.url}`)) {
-      state.undeclared.push(`${methodLabel} ${route.url}`)
+    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', route.url, constraints))) {
+      state.undeclared.push(routeLabel(methodLabel, route.url, constraints))
     }
     return
   }
   const source = declared === undefined ? 'defaultLimit' : 'declared'
-  const policy = compilePolicy(block, route.method, route.url, state.context, source, state.globals)
+  const policy = compilePolicy(block, route.method, route.url, state.context, source, state.globals, constraints)
   // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
-  const names = route.method === 'HEAD' ? [] : ownBlockNames(policy)
-  listPolicy(listing, { method: methodLabel, url: route.url }, policy, [...methodsOf(route.method).map((method) => `${method} ${route.url}`), ...names])
+  listPolicy(listing, row, policy, route.method === 'HEAD' ? [] : ownBlockNames(policy))
   attachHooks(route, policy, state.runtime)
 }
 
@@ -144,8 +147,8 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   const tree = fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] })
   const { preflight, others } = partitionUnseen(unseenRoutes(tree, state.seen, state.scope.name))
   if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
-  if (preflight.length > 0) listUnlimited(listing, 'OPTIONS', '*')
-  if (options.metrics) runtime.metrics = await loadMetrics()
+  if (preflight.length > 0) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
+  if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
   if (options.printPolicies) {
     fastify.log.info({ routes: listing.summaries.length }, `rate limits:\n${policyTable(copySummaries(listing.summaries))}`)
   }

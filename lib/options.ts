@@ -47,6 +47,8 @@ export interface ResolvedOptions {
   clock: (() => number) | undefined
   /** Test-only (the PERIOD_CLOCK symbol): the clock Node computes calendar-period boundaries with; undefined: the plugin clock. */
   periodClock: (() => number) | undefined
+  /** Test-only (the HOST_CLOCK symbol): this host's clock in place of Date.now, so a test can skew one instance's. */
+  hostClock: () => number
   /** HMAC key for identity hashes, as a private copy; undefined: plain SHA-256. */
   hashSecret: Buffer | undefined
   globalLimits: RateLimitBlock[]
@@ -204,6 +206,15 @@ function resolveLease (value: unknown): number {
   return ms
 }
 
+/** Test-only: the option key of a skewed host clock (what Date.now gives in production). */
+export const HOST_CLOCK = Symbol('fastify-redis-rate-limit.hostClock')
+
+/** A test-only clock passed under a symbol key (invisible to the option-name check), or undefined. */
+function symbolClock (input: RateLimitPluginOptions | undefined, key: symbol): (() => number) | undefined {
+  const clock = (input as Record<symbol, unknown> | undefined)?.[key]
+  return typeof clock === 'function' ? clock as () => number : undefined
+}
+
 /** Validates the plugin options at register time; every mistake is a coded error naming the option. */
 export function resolveOptions (input: RateLimitPluginOptions | undefined): ResolvedOptions {
   const options = (input ?? {}) as Input
@@ -228,7 +239,8 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     ...resolveReplies(options),
     onRedisError: choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES),
     clock: clock as (() => number) | undefined,
-    periodClock: typeof (input as Record<symbol, unknown> | undefined)?.[PERIOD_CLOCK] === 'function' ? (input as Record<symbol, () => number>)[PERIOD_CLOCK] : undefined,
+    periodClock: symbolClock(input, PERIOD_CLOCK),
+    hostClock: symbolClock(input, HOST_CLOCK) ?? Date.now,
     denyCacheMax: resolveDenyCache(options.denyCache),
     mode: choice('mode', options.mode ?? 'enforce', MODES),
     printPolicies: options.printPolicies === true,

@@ -29,7 +29,7 @@ export interface PluginRuntime extends RouteRuntime {
 type StoreCall = (size: number, latencyMs: number) => void
 
 function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: StoreCall): Store {
-  if (options.store === 'memory') return new MemoryStore(options.clock, options.maxKeys)
+  if (options.store === 'memory') return new MemoryStore(options.clock ?? options.hostClock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
   if (client === undefined || client === null) throw new FST_RRL_NO_REDIS()
@@ -68,9 +68,10 @@ function identityContext (fastify: FastifyInstance, options: ResolvedOptions, cl
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
-  const clock = options.clock ?? Date.now
+  const clock = options.clock ?? options.hostClock
   let local: MemoryStore | undefined
   const client = store instanceof RedisStore ? store.client : undefined
+  const fleetClocks = { test: options.clock, host: options.hostClock, monotonic: () => performance.now() }
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
@@ -84,6 +85,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0 },
     failures: new BurstLogger(clock),
     badInput: new BurstLogger(clock),
+    telemetry: new BurstLogger(clock),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
     denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
     rejections: new OncePerWindow(),
@@ -91,12 +93,12 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     tier: options.tier,
     metrics: undefined,
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
-    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, clock),
+    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, options.timeout, clock),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(client, overridesKey(options.prefix), clock, fastify.log),
-    bans: new Bans(client, bansKey(options.prefix), clock, fastify.log, identityContext(fastify, options, clock)),
+    overrides: new Overrides(client, overridesKey(options.prefix), fleetClocks, fastify.log),
+    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, clock)),
     identityTimeout: options.identityTimeout
   }
   return runtime

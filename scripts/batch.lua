@@ -19,9 +19,10 @@
 --                      concurrency block's cost is the request's slot id,
 --                      concurrency.lua); its n block keys, then one penalty key per block whose spec has a
 --                      penalty, are next in KEYS
---     -1, n, then n entries of ADJUST_STRIDE values (kind, spec, units, elapsed)
+--     -1, n, then n entries of ADJUST_STRIDE values (kind, spec, units, chargedAt)
 --                      adjustments after a decision (Store.adjust): kind 'u' =
---                      signed units on spec's block, spent `elapsed` ms ago
+--                      signed units on spec's block, charged at ms `chargedAt`
+--                      (the `now` its decision's call replied with; '' = now)
 --                      (< 0 give back: the algorithm's mode 2; > 0 charge, never
 --                      refused: its mode 3); kind 'x' = release the slot id
 --                      given as units (concurrency.lua's mode 2), 'n' = renew
@@ -35,8 +36,9 @@
 -- INCRBY, which fails without writing) and decideAll writes only after every
 -- dry pass. Penalties: see penalty.lua.
 --
--- Reply, per decision in order: its values, or its error text alone (the one
--- string). A decision or peek answers per block `remaining * 4 + allowed`
+-- Reply: `now` (the call's clock, once: a request that may give units back
+-- later keeps it as its charge's time), then per decision in order its
+-- values, or its error text alone (the one string). A decision or peek answers per block `remaining * 4 + allowed`
 -- (allowed 0, 1, or 2 for a penalty), resetMs, then retryAfterMs unless
 -- allowed is 1 (it is 0 then), then nextMs: three integers for an admitted
 -- block, four otherwise (each integer of a reply costs Redis a few hundred
@@ -54,7 +56,7 @@ local function periodFn (fn, bounds, at)
   for i = 1, 3 do
     local start, length = b[i], b[i + 1] - b[i]
     if at >= start and at < b[i + 1] then
-      return function (key, limit, w, burst, cost, t, mode, elapsed) return fn(key, limit, w, burst, cost, t, mode, elapsed, start) end, length
+      return function (key, limit, w, burst, cost, t, mode, chargedAt) return fn(key, limit, w, burst, cost, t, mode, chargedAt, start) end, length
     end
   end
   return function () error('now is outside the calendar periods sent') end, 1
@@ -98,7 +100,8 @@ local function paths ()
   return slowPaths
 end
 
-local o = 0
+out[1] = now
+local o = 1
 local at = 3 + specs * SPEC_STRIDE
 local k = 1
 local last = #ARGV

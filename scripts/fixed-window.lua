@@ -1,7 +1,7 @@
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
--- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
---   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
 --   refused; usage is kept up to one capacity over the limit, an overdraft the next
 --   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).
@@ -74,10 +74,11 @@ local function settle (key, limit, cost, base, toEnd)
   return 1
 end
 
--- A refund (mode 2), only while the window it was spent in ([from, from + w)) is still the current one.
-local function refund (key, cost, base, from, now, elapsed)
+-- A refund (mode 2), only while the window it was charged in (at ms chargedAt,
+-- the script's own clock then) is the current one, [from, from + w).
+local function refund (key, cost, base, from, w, chargedAt)
   local count = countIn(tonumber(call('GET', key)), base) or 0
-  if count == 0 or now - elapsed < from then return 0 end
+  if count == 0 or chargedAt < from or chargedAt >= from + w then return 0 end
   call('INCRBY', key, -min(cost, count))
   return 1
 end
@@ -97,13 +98,13 @@ local function decideDry (key, limit, w, cost, base, toEnd)
   return 1, limit - count - cost, toEnd, 0, toEnd
 end
 
-return function (key, limit, w, _, cost, now, mode, elapsed, periodStart)
+return function (key, limit, w, _, cost, now, mode, chargedAt, periodStart)
   local idx = periodStart or floor(now / w)
   local from = periodStart or idx * w
   local toEnd = from + w - now
   local base = (idx % TAG_SPAN) * COUNT_SPAN
   if mode == 3 then return settle(key, limit, cost, base, toEnd) end
-  if mode == 2 then return refund(key, cost, base, from, now, elapsed) end
+  if mode == 2 then return refund(key, cost, base, from, w, chargedAt) end
   if mode == 1 or cost > limit then return decideDry(key, limit, w, cost, base, toEnd) end
 
   -- The common case: one INCRBY, undone by INCRBY -cost when refused. increment and

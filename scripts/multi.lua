@@ -7,7 +7,7 @@
 --   KEYS[i]   state key of block i (all keys of one request share one hash tag)
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
---             cost, spent <ms> ago (returns one 1/0 per block: given back or not;
+--             cost, charged at ms <ms> (returns one 1/0 per block: given back or not;
 --             for a concurrency block, whose cost is the slot id: its slot released)
 --   then per block i, at 2 + (i - 1) * MULTI_STRIDE: algorithm number (1-based,
 --   ALGORITHMS order), limit, windowMs, burst, cost, shadow ('1' = decided and
@@ -21,7 +21,7 @@
 -- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
 -- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
 
--- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's elapsed ms.
+-- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's charge time (ms).
 local function modeOf (arg)
   if arg == '1' then return 1, 0 end
   if sub(arg, 1, 1) == 'r' then return 2, tonumber(sub(arg, 2)) end
@@ -29,10 +29,10 @@ local function modeOf (arg)
 end
 
 -- n blocks, block i being fns[i] at limits[i], windows[i], bursts[i] with costs[i].
-local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
+local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
   if mode == 2 then
     local given = {}
-    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, elapsed) end
+    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, chargedAt) end
     return given
   end
   local out = {}
@@ -56,7 +56,7 @@ end
 -- The multi script: its ARGV layout (above) into decideAll's arrays.
 local function multi (KEYS, ARGV)
   local now = nowMs(ARGV[1])
-  local mode, elapsed = modeOf(ARGV[2])
+  local mode, chargedAt = modeOf(ARGV[2])
   local n = #KEYS
   local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
   for i = 1, n do
@@ -66,5 +66,5 @@ local function multi (KEYS, ARGV)
     limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
     shadows[i] = ARGV[b + 6] == '1'
   end
-  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, elapsed, now)
+  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
 end

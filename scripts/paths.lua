@@ -57,7 +57,7 @@ end
 
 -- Any decision: n blocks whose (spec, cost) pairs start at ARGV[at], keys at KEYS[k].
 local function decide (at, k, n, modeArg)
-  local mode, elapsed = modeOf(modeArg)
+  local mode, chargedAt = modeOf(modeArg)
   local keys, spec, cost, pkeys = {}, {}, {}, {}
   local fns, limits, windows, bursts, shadows = {}, {}, {}, {}, {}
   local p = k + n
@@ -75,7 +75,7 @@ local function decide (at, k, n, modeArg)
     local blocked = penalized(spec, pkeys, n)
     if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
   end
-  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, elapsed, now)
+  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, chargedAt, now)
   if mode == 0 then countRefusals(spec, pkeys, n, r) end
   return r, p
 end
@@ -90,7 +90,8 @@ local function adjustOne (k, b)
     if sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], ARGV[b + 2], now, mode) == 1 then return 1 end
     return 0
   end
-  local units, elapsed = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  -- chargedAt '': a change outside a request (adjust()), made now
+  local units, chargedAt = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]) or now
   if kind ~= 'u' then error('unknown adjustment kind ' .. tostring(kind)) end
   local mode = 3
   if units < 0 then
@@ -99,7 +100,7 @@ local function adjustOne (k, b)
   elseif units == 0 then
     return 0
   end
-  local changed = sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], units, now, mode, elapsed)
+  local changed = sFn[s](KEYS[k], sLimit[s], sWindow[s], sBurst[s], units, now, mode, chargedAt)
   if changed == 1 then return 1 end
   return 0
 end

@@ -1,7 +1,7 @@
 -- token-bucket: capacity = burst, refill = limit per windowMs, a new bucket is full.
--- The chunk returns function (key, limit, w, burst, cost, now, mode, elapsed) with numbers;
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
---   multi-limit decision), 2 = refund `cost` units spent `elapsed` ms ago (returns 1 when
+--   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
 --   refused; usage is kept up to one capacity over the limit, an overdraft the next
 --   decisions wait out; returns 1). lib/store/redis/scripts.ts wraps it as a script of (KEYS, ARGV).

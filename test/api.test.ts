@@ -98,7 +98,7 @@ test('misuse is a coded error', async (t) => {
   await t.rejects(app.rateLimit.consume('GET /x', { user: 42 } as never), { code: 'FST_RRL_INVALID_API_CALL', message: /identity.user/ })
   await t.rejects(app.rateLimit.consume('GET /x', { ip: '1.2.3.4' }, 0), { code: 'FST_RRL_INVALID_API_CALL', message: /cost/ })
   await t.rejects(app.rateLimit.reset(5 as never, { ip: '1.2.3.4' }), { code: 'FST_RRL_INVALID_API_CALL' })
-  await t.rejects(app.rateLimit.peek('shared', { ip: '1.2.3.4' }), { code: 'FST_RRL_INVALID_API_CALL', message: /several routes/ })
+  await t.rejects(app.rateLimit.peek('shared', { ip: '1.2.3.4' }), { code: 'FST_RRL_AMBIGUOUS_TARGET', message: /"shared" names 2 routes: 'GET \/y', 'GET \/z'/ })
   t.match(await app.rateLimit.peek('GET /y', { ip: '1.2.3.4' }), { policy: 'shared' }, 'the route still names it')
 })
 

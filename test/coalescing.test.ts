@@ -228,7 +228,7 @@ test('FCALL refused after ready() (an ACL changed): the call is sent again as EV
 })
 
 /** The commands docs/operations.md ("ACL") says the plugin's user needs, beside the route's script commands. */
-const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +hgetall +hset +hdel'
+const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +hgetall +hget +hset +hdel'
 
 for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], ['EVALSHA', '+evalsha +script|load +eval']] as const) {
   test(`an ACL user with exactly the documented commands (${route} route): every algorithm decides, and a flushed library or script cache degrades nothing`, async (t) => {

@@ -1,6 +1,6 @@
 import { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, setupRedisApp } from './helpers/app.js'
+import { buildApp, setupRedisApp, setupStoreApp } from './helpers/app.js'
 import { createClient, privateRedis } from './helpers/redis.js'
 
 const ok = async () => ({ ok: true })
@@ -53,6 +53,41 @@ test('Retry-After is the exact wait rounded up, and the request is admitted then
   t.equal((await app.inject('/x')).statusCode, 429, 'one ms early is still refused')
   clock.advance(1)
   t.equal((await app.inject('/x')).statusCode, 200)
+})
+
+test('sliding-window (the default) admits no request over the limit just across a window boundary', async (t) => {
+  for (const store of ['redis', 'memory'] as const) {
+    await t.test(store, async (t) => {
+      // the test clock starts on a minute boundary, so also on a 10 s one
+      const { app, clock } = await setupStoreApp(t, store, 'swb')
+      app.get('/one', { config: { rateLimit: { limit: 1, window: '1m', name: 'one' } } }, ok)
+      // the same block beside another: the multi-block path decides alike
+      app.get('/two', { config: { rateLimit: [{ limit: 1, window: '1m' }, { limit: 100, window: '1h', algorithm: 'fixed-window' }] } }, ok)
+      app.get('/three', { config: { rateLimit: { limit: 3, window: '10s' } } }, ok)
+      await app.ready()
+
+      clock.advance(59_999)
+      t.same(await statuses(app, 1, '/one'), [200], 'one request 1 ms before the boundary')
+      t.same(await statuses(app, 1, '/two'), [200])
+      clock.advance(2)
+      t.match(await app.rateLimit.peek('GET /one', { ip: '127.0.0.1' }), { allowed: false, remaining: 0 }, 'a peek 2 ms later, across the boundary, is refused')
+      const refused = await app.inject('/one')
+      t.equal(refused.statusCode, 429, 'the previous window\'s one request still weighs 1: no second request')
+      t.equal(refused.headers['retry-after'], '60', 'admitted again when that window has left the trailing minute, 59,999 ms on')
+      t.equal((await app.inject('/two')).statusCode, 429, 'the multi-block path refuses it too')
+
+      // 3 at 9,999 ms into a 10 s window (69,999): a fourth 2 ms later is refused, and admitted
+      // once 3 × (W - e) <= 2 × W, at e = 3,334
+      clock.advance(9998)
+      t.same(await statuses(app, 3, '/three'), [200, 200, 200])
+      clock.advance(2)
+      t.same(await statuses(app, 1, '/three'), [429], 'no fourth across the boundary')
+      clock.advance(3332)
+      t.same(await statuses(app, 1, '/three'), [429], 'still refused at e = 3,333')
+      clock.advance(1)
+      t.same(await statuses(app, 2, '/three'), [200, 429], 'a fourth at e = 3,334, then the estimate is at the limit again')
+    })
+  }
 })
 
 test('the route template keys the bucket: /orders/1 and /orders/2 share it; other routes do not', async (t) => {

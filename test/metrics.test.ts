@@ -8,22 +8,22 @@ import { test, type Test } from 'tap'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
 import { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from '../lib/index.js'
-import { buildApp, setupRedisApp, listenChannel } from './helpers/app.js'
+import { buildApp, setupModelStore, setupRedisApp, listenChannel, testRun, TestClock } from './helpers/app.js'
+import { RedisStore } from '../lib/store/redis/store.js'
 import { freePort, uniquePrefix } from './helpers/redis.js'
 
 interface Recorded { name: string, value: number, attributes: Record<string, string> }
 const recorded: Recorded[] = []
-// An instrument whose add() throws, as a broken SDK's would (one test sets it).
+// An instrument that throws, as a broken SDK's would: the one named, or every one ('*'). Some tests set it.
 let failing: string | undefined
+const recordOrThrow = (name: string, value: number, attributes: Record<string, string>): void => {
+  if (failing === name || failing === '*') throw new Error(`meter failed: ${name}`)
+  recorded.push({ name, value, attributes })
+}
 const provider = {
   getMeter: () => ({
-    createCounter: (name: string) => ({
-      add: (value: number, attributes: Record<string, string> = {}) => {
-        if (name === failing) throw new Error(`meter failed: ${name}`)
-        recorded.push({ name, value, attributes })
-      }
-    }),
-    createHistogram: (name: string) => ({ record: (value: number, attributes: Record<string, string> = {}) => { recorded.push({ name, value, attributes }) } })
+    createCounter: (name: string) => ({ add: (value: number, attributes: Record<string, string> = {}) => { recordOrThrow(name, value, attributes) } }),
+    createHistogram: (name: string) => ({ record: (value: number, attributes: Record<string, string> = {}) => { recordOrThrow(name, value, attributes) } })
   })
 } as unknown as MeterProvider
 metrics.setGlobalMeterProvider(provider)
@@ -141,23 +141,92 @@ test('skipped requests (allowList, skip) are counted as skipped on the channel a
   t.equal(app.rateLimit.stats().skipped, 2)
 })
 
-test('a meter that throws while Redis is down: the request gets a 500 and consume() rejects, nothing left pending or unhandled', async (t) => {
+/** Log lines as objects, for the once-per-burst checks. */
+function logLines (): { lines: Array<Record<string, unknown>>, logger: { level: string, stream: { write: (line: string) => void } } } {
+  const lines: Array<Record<string, unknown>> = []
+  return { lines, logger: { level: 'info', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } }
+}
+const TELEMETRY_LINE = /telemetry threw/
+
+/** Answers, or gives up after `ms` (a request left unanswered must fail the test, not hang it). */
+async function within<T> (ms: number, work: Promise<T>): Promise<T | 'unanswered'> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<'unanswered'>((resolve) => { timer = setTimeout(() => { resolve('unanswered') }, ms) })
+  try {
+    return await Promise.race([work, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+test('instruments that throw on every call: a flood is answered with the right statuses and headers, the throw logged once', async (t) => {
+  const { lines, logger } = logLines()
+  const { app } = await setup(t, { denyCache: false }, { logger })
+  t.teardown(() => { failing = undefined })
+  app.get('/f', { config: { rateLimit: { limit: 5, window: '1m', name: 'f', algorithm: 'fixed-window' } } }, async () => 'ok')
+  await app.ready()
+  failing = '*'
+  const flood = await within(3000, Promise.all(Array.from({ length: 40 }, async () => await app.inject('/f'))))
+  if (flood === 'unanswered') {
+    t.fail('the flood was left unanswered')
+    return
+  }
+  t.equal(flood.filter((res) => res.statusCode === 200).length, 5, 'the limit admitted')
+  t.equal(flood.filter((res) => res.statusCode === 429).length, 35, 'the rest refused')
+  t.ok(flood.every((res) => res.statusCode !== 200 || /^"f";r=\d;t=\d+$/.test(String(res.headers.ratelimit))), 'admitted: RateLimit fields')
+  t.ok(flood.every((res) => res.statusCode !== 429 || Number(res.headers['retry-after']) >= 1), 'refused: Retry-After')
+  const consumed = await within(3000, app.rateLimit.consume('f', { ip: '203.0.113.9' }))
+  t.match(consumed, { allowed: true, degraded: false }, 'consume() decides too')
+  t.equal(lines.filter((line) => TELEMETRY_LINE.test(String(line.msg))).length, 1, 'the throw logged once, not per request')
+  t.match(lines.find((line) => TELEMETRY_LINE.test(String(line.msg))), { err: { message: /^meter failed: / } })
+})
+
+test('a meter that throws while Redis is down: requests are decided by onRedisError as if it did not, nothing left unhandled', async (t) => {
   const unhandled: unknown[] = []
   const onUnhandled = (reason: unknown): void => { unhandled.push(reason) }
   process.on('unhandledRejection', onUnhandled)
+  const { lines, logger } = logLines()
   const redis = new Redis({ port: await freePort(), lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
   redis.on('error', () => {})
-  const app = await buildApp({ redis, prefix: uniquePrefix('mx') })
+  const app = await buildApp({ redis, prefix: uniquePrefix('mx'), clock: new TestClock().read }, { logger })
   t.teardown(async () => { failing = undefined; process.off('unhandledRejection', onUnhandled); await app.close(); redis.disconnect() })
   app.get('/x', { config: { rateLimit: { limit: 1, window: '1m', name: 'x' } } }, async () => 'ok')
+  app.get('/y', { config: { rateLimit: { limit: 1, window: '1m', name: 'y', onRedisError: 'closed' } } }, async () => 'ok')
   await app.ready()
-  failing = METRICS.decisions
-  const response = await app.inject('/x')
-  t.equal(response.statusCode, 500)
-  t.match(response.json(), { message: `meter failed: ${METRICS.decisions}` })
-  await t.rejects(app.rateLimit.consume('x', { ip: '203.0.113.9' }), { message: `meter failed: ${METRICS.decisions}` })
-  failing = undefined
-  t.equal((await app.inject('/x')).statusCode, 200, 'the next request is decided (degraded, open) as before')
+  failing = '*'
+  t.equal((await app.inject('/x')).statusCode, 200, 'fail-open: admitted')
+  t.equal((await app.inject('/y')).statusCode, 503, 'fail-closed: 503')
+  t.match(await app.rateLimit.consume('x', { ip: '203.0.113.9' }), { allowed: true, degraded: true })
   await new Promise((resolve) => setImmediate(resolve))
   t.same(unhandled, [], 'no unhandled rejection')
+  t.equal(lines.filter((line) => TELEMETRY_LINE.test(String(line.msg))).length, 1, 'the throw logged once, not per request')
+})
+
+test('a store whose per-call callback (onBatch) throws: every decision answered, nothing left pending', async (t) => {
+  const { redisStore: quiet, prefix } = await setupModelStore(t, 'mxb')
+  const store = new RedisStore(quiet.client, { timeout: 1000, maxBatch: 128, maxPending: 100, coalesce: true, onBatch: () => { throw new Error('meter failed') } })
+  const run = testRun({ algorithm: 'fixed-window', limit: 3, windowMs: 60_000, shadow: false })
+  const decisions = await within(3000, Promise.all(Array.from({ length: 5 }, async (_, i) => await store.decide({ runs: [run], keys: [`${prefix}:{b${i % 2}}:w`], costs: [1] }, 'charge'))))
+  t.not(decisions, 'unanswered', 'every decision answered')
+  t.equal(store.pending, 0, 'nothing pending')
+})
+
+test('usage changed after the fact is counted once per request and source, and once per adjust() call; a meter that throws there changes nothing', async (t) => {
+  recorded.length = 0
+  const { app } = await setup(t)
+  app.get('/refund', { config: { rateLimit: { limit: 5, window: '1m', refundOn: (reply) => reply.statusCode === 503 } } }, async (req, reply) => await reply.code(503).send('busy'))
+  app.get('/settle', { config: { rateLimit: { limit: 5, window: '1m', cost: 3, settle: () => 1 } } }, async () => 'ok')
+  await app.ready()
+  await app.inject('/refund')
+  await app.inject('/settle')
+  const changes = (): Array<Record<string, string>> => recorded.filter((r) => r.name === METRICS.usageChanges).map((r) => r.attributes)
+  const deadline = Date.now() + 5000
+  while (changes().length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5))
+  await app.rateLimit.adjust('GET /settle', { ip: '127.0.0.1' }, -1)
+  t.same(changes(), [{ route: 'GET /refund', source: 'refund' }, { route: 'GET /settle', source: 'settle' }, { route: 'api GET /settle', source: 'adjust' }])
+  t.match(app.rateLimit.stats(), { refunded: 1, settled: 1 })
+  failing = METRICS.usageChanges
+  t.teardown(() => { failing = undefined })
+  t.same(await app.rateLimit.adjust('GET /settle', { ip: '127.0.0.1' }, -1), ['get-settle'], 'the change is made and adjust() resolves')
+  t.match(await app.rateLimit.peek('GET /settle', { ip: '127.0.0.1' }), { remaining: 5 }, 'both give-backs applied')
 })

@@ -237,13 +237,13 @@ local at = 2 + n * 4
 while at <= #ARGV do
   local now = ARGV[at]
   local refund = string.sub(now, 1, 1) == 'r'
-  local elapsed = ''
+  local chargedAt = ''
   if refund then
     local sep = string.find(now, ':', 1, true)
-    elapsed = string.sub(now, 2, sep - 1)
+    chargedAt = string.sub(now, 2, sep - 1)
     now = string.sub(now, sep + 1)
   end
-  local args = { now, refund and ('r' .. elapsed) or '' }
+  local args = { now, refund and ('r' .. chargedAt) or '' }
   local before = {}
   for i = 1, n do
     local b = (i - 1) * 4
@@ -312,7 +312,8 @@ test('property: the multi script decides like the memory store, and a refused st
     for (const step of steps) {
       now += step.dt
       times.push(now)
-      args.push(step.refund ? `r${step.dt}:${now}` : now, ...step.costs.slice(0, blocks.length))
+      // a refund of units charged step.dt ago (at the previous step's time)
+      args.push(step.refund ? `r${now - step.dt}:${now}` : now, ...step.costs.slice(0, blocks.length))
     }
     const out = await client.evalsha(sha, keys.length, ...keys, ...args.map(String)) as number[][]
     const model = new MemoryStore(() => 0)
@@ -320,7 +321,7 @@ test('property: the multi script decides like the memory store, and a refused st
       steps.forEach((step, s) => {
         const costs = step.costs.slice(0, blocks.length)
         if (step.refund) {
-          const given = model.adjustNow(runs.map((run, i) => ({ kind: 'units' as const, run, key: keys[i] as string, units: -(costs[i] as number), elapsedMs: step.dt })), times[s] as number)
+          const given = model.adjustNow(runs.map((run, i) => ({ kind: 'units' as const, run, key: keys[i] as string, units: -(costs[i] as number), chargedAt: (times[s] as number) - step.dt })), times[s] as number)
           const row = out[s] as number[]
           const actual = given.map((_, i) => row[i] === 1)
           if (JSON.stringify(actual) !== JSON.stringify(given)) throw new Error(`step ${s} (refund): lua ${JSON.stringify(actual)} model ${JSON.stringify(given)}`)

@@ -1,51 +1,103 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
 import { holdSlots, newSlotId } from '../decide/slots.js'
-import { FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
+import { FST_RRL_AMBIGUOUS_TARGET, FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POLICY } from '../errors.js'
+import { constraintText, routeLabel } from '../keys/constraints.js'
+import { changeUsage } from '../decide/given-back.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
 import type { Bans } from './bans.js'
 import { changeText, identityInput, shownIdentity, ttlInput } from './inputs.js'
 import type { Overrides } from './overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
+import type { TargetRegistry } from '../policy/summary.js'
 import type {
   PolicySummary,
   RateLimitApi,
   RateLimitIdentity,
   RateLimitSlot,
   RateLimitOverride,
-  RateLimitOverrideInput
+  RateLimitOverrideInput,
+  RateLimitTarget
 } from '../types.js'
 import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
 import type { Adjustment, BlockRun } from '../store/port.js'
 
 /*
  * fastify.rateLimit: list, peek, reset, consume, acquire and adjust, for tooling and for limits
- * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`),
+ * outside HTTP routes. A target is named by its route (`'GET /orders/:id'`:
+ * every route of that method and URL; a constrained route's label,
+ * `'GET /api {"host":"a.example.com"}'`; or `{ method, url, constraints }`),
  * by a block name (a route's or a global block's), or by a name from the
  * `policies` option. A caller is named by a RateLimitIdentity: the values the
  * target's `by` parts would read from a request (see types.ts).
  */
 
-export class PolicyRegistry {
-  readonly #targets = new Map<string, CompiledPolicy | 'ambiguous'>()
+/** A route given as `{ method, url, constraints? }`: its exact label (keys/constraints.ts), or undefined when `target` is not one. */
+function routeTarget (target: unknown, method: string): string | undefined {
+  if (target === null || typeof target !== 'object') return undefined
+  const { method: verb, url, constraints } = target as Record<string, unknown>
+  if (typeof verb !== 'string' || typeof url !== 'string' || (constraints !== undefined && (constraints === null || typeof constraints !== 'object'))) {
+    throw new FST_RRL_INVALID_API_CALL(method, 'a route target is { method, url, constraints? } with strings for method and url and the route\'s constraints object')
+  }
+  return routeLabel(verb.toUpperCase(), url, constraintText(constraints))
+}
 
-  /** Registers a target name; a name two policies claim can only be reached by route. */
+export class PolicyRegistry implements TargetRegistry {
+  readonly #targets = new Map<string, CompiledPolicy[]>()
+  /** Exact route labels (one per method) → the route: `{ method, url, constraints }` targets and policies() rows. */
+  readonly #routes = new Map<string, CompiledPolicy>()
+  /** Each route's way of being named alone, for the ambiguity error. */
+  readonly #hints = new Map<CompiledPolicy, { label: string, object: string }>()
+
+  /** Registers a target name; a name several policies claim reaches none of them (find says how to reach each). */
   add (name: string, policy: CompiledPolicy): void {
     const known = this.#targets.get(name)
-    this.#targets.set(name, known === undefined || known === policy ? policy : 'ambiguous')
+    if (known === undefined) this.#targets.set(name, [policy])
+    else if (!known.includes(policy)) known.push(policy)
+  }
+
+  route ({ method, url, constraints }: { method: string, url: string, constraints: string }, policy: CompiledPolicy): void {
+    const label = routeLabel(method, url, constraints)
+    this.#routes.set(label, policy)
+    if (this.#hints.has(policy)) return
+    const object = `{ method: '${method}', url: '${url}'${constraints === '' ? '' : `, constraints: ${constraints}`} }`
+    this.#hints.set(policy, { label, object })
   }
 
   find (target: unknown, method: string): CompiledPolicy {
+    const label = routeTarget(target, method)
+    if (label !== undefined) {
+      const policy = this.#routes.get(label)
+      if (policy === undefined) throw new FST_RRL_UNKNOWN_POLICY(JSON.stringify(label))
+      return policy
+    }
     if (typeof target !== 'string') {
-      throw new FST_RRL_INVALID_API_CALL(method, `the target must be a string (got ${typeof target})`)
+      throw new FST_RRL_INVALID_API_CALL(method, `the target must be a string or { method, url, constraints } (got ${typeof target})`)
     }
-    const policy = this.#targets.get(target)
-    if (policy === undefined) throw new FST_RRL_UNKNOWN_POLICY(JSON.stringify(target))
-    if (policy === 'ambiguous') {
-      throw new FST_RRL_INVALID_API_CALL(method, `${JSON.stringify(target)} names blocks of several routes: name the route instead ('GET /path')`)
+    const policies = this.#targets.get(target)
+    if (policies === undefined) throw new FST_RRL_UNKNOWN_POLICY(JSON.stringify(target))
+    if (policies.length > 1) {
+      throw new FST_RRL_AMBIGUOUS_TARGET(method, JSON.stringify(target), `${policies.length} routes: ${policies.map((policy) => this.#hint(policy)).join(', ')}`)
     }
-    return policy
+    return policies[0] as CompiledPolicy
+  }
+
+  /** The route of a policies() row (its first method). */
+  findRow (row: PolicySummary): CompiledPolicy | undefined {
+    return this.#routes.get(routeLabel(row.method.split(',')[0] as string, row.url, constraintText(row.constraints)))
+  }
+
+  /** A target that reaches `policy` alone: its label when no other policy shares it, else its object form; plus its own unshared names. */
+  #hint (policy: CompiledPolicy): string {
+    const hint = this.#hints.get(policy)
+    const alone = (name: string): boolean => {
+      const claims = this.#targets.get(name)
+      return claims?.length === 1 && claims[0] === policy
+    }
+    const names = policy.blocks.flatMap((block) => !block.global && alone(block.name) ? [JSON.stringify(block.name)] : [])
+    const route = hint === undefined ? `'${policy.route}'` : alone(hint.label) ? `'${hint.label}'` : hint.object
+    return names.length === 0 ? route : `${route} (or ${names.join(', ')})`
   }
 }
 
@@ -83,8 +135,8 @@ function apiUnits (units: unknown): number {
 }
 
 /** The blocks a target names: a route's or named policy's own blocks (as reset), else the one block of that name. */
-function namedBlocks (policy: CompiledPolicy, target: string): boolean[] {
-  const whole = target === policy.route || policy.route === `API ${target}`
+function namedBlocks (policy: CompiledPolicy, target: RateLimitTarget): boolean[] {
+  const whole = typeof target !== 'string' || target === policy.route || policy.route === `API ${target}`
   const named = whole ? -1 : policy.blocks.findIndex((block) => block.name === target)
   return policy.blocks.map((block, i) => named === -1 ? !block.global : i === named)
 }
@@ -94,7 +146,7 @@ function namedBlocks (policy: CompiledPolicy, target: string): boolean[] {
  * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
  * refused.
  */
-async function adjustUsage (policy: CompiledPolicy, target: string, identity: RateLimitIdentity, units: number, overrides: Overrides, runtime: Runtime): Promise<string[]> {
+async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, overrides: Overrides, { runtime, log }: { runtime: Runtime, log: FastifyBaseLogger }): Promise<string[]> {
   const input = await apiInput(policy, identity, 1, overrides)
   const chosen = namedBlocks(policy, target)
   const entries: Adjustment[] = []
@@ -102,19 +154,18 @@ async function adjustUsage (policy: CompiledPolicy, target: string, identity: Ra
   policy.blocks.forEach((block, i) => {
     // A concurrency block counts requests in flight, not units: acquire() and release() change it.
     if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
-    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units, elapsedMs: 0 })
+    // No charge time: a change made now, to the current window.
+    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units })
     names.push(block.name)
   })
   if (units === 0 || entries.length === 0) return names
-  await runtime.store.adjust(entries)
-  // units given back: this instance no longer refuses the caller from its deny cache
-  if (units < 0) for (const entry of entries) runtime.denyCache?.delete(entry.key)
+  await changeUsage(runtime, { route: `api ${policy.route}`, log, sources: ['adjust'], entries })
   return names
 }
 
 /** The block an override names: a block by name, else the route's (or policy's) one block of its own. */
-function overrideBlock (policy: CompiledPolicy, target: string): number {
-  const named = policy.blocks.findIndex((block) => block.name === target)
+function overrideBlock (policy: CompiledPolicy, target: RateLimitTarget): number {
+  const named = typeof target === 'string' ? policy.blocks.findIndex((block) => block.name === target) : -1
   if (named !== -1) return named
   const own = policy.blocks.filter((block) => !block.global)
   if (own.length === 1) return policy.blocks.indexOf(own[0] as CompiledBlock)
@@ -123,8 +174,8 @@ function overrideBlock (policy: CompiledPolicy, target: string): number {
 
 async function overrideRecord (
   registry: PolicyRegistry,
-  input: RateLimitOverrideInput,
-  now: number
+  overrides: Overrides,
+  input: RateLimitOverrideInput
 ): Promise<RateLimitOverride> {
   const method = 'setOverride'
   if (input === null || typeof input !== 'object') {
@@ -143,8 +194,11 @@ async function overrideRecord (
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
+  const recordId = identity === undefined ? id : (await apiKeys(policy, identity))[index] as string
+  // Redis time: every instance judges the expiry by it (fleet-records.ts).
+  const now = await overrides.stamp()
   return {
-    id: identity === undefined ? id : (await apiKeys(policy, identity))[index] as string,
+    id: recordId,
     blockId: id,
     block: block.name,
     route: block.global ? '*' : policy.route,
@@ -163,7 +217,8 @@ function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, ov
   if (current.length === 0) return summaries
   for (const summary of summaries) {
     if (summary.limits.length === 0) continue
-    const policy = registry.find(`${summary.method.split(',')[0] as string} ${summary.url}`, 'policies')
+    const policy = registry.findRow(summary)
+    if (policy === undefined) continue
     summary.limits.forEach((limit, index) => {
       const id = blockId(policy, index)
       const own = current.find((record) => record.id === id)
@@ -178,7 +233,7 @@ function withOverrides (summaries: PolicySummary[], registry: PolicyRegistry, ov
 /** `acquire()`: the target's slots (and its rate blocks, as consume charges them), held until release(). */
 async function acquireSlot (
   policy: CompiledPolicy,
-  target: string,
+  target: RateLimitTarget,
   identity: RateLimitIdentity,
   { runtime, log, overrides }: { runtime: Runtime, log: FastifyBaseLogger, overrides: Overrides }
 ): Promise<RateLimitSlot> {
@@ -216,7 +271,7 @@ export function createApi (
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')
-      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, runtime)
+      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, { runtime, log })
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
@@ -227,7 +282,7 @@ export function createApi (
       return await acquireSlot(registry.find(target, 'acquire'), target, identity, { runtime, log, overrides })
     },
     async setOverride (input) {
-      const record = await overrideRecord(registry, input, runtime.clock())
+      const record = await overrideRecord(registry, overrides, input)
       await overrides.set(record)
       return { ...record }
     },
@@ -242,7 +297,7 @@ export function createApi (
       const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
       return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
     },
-    ...banApi(registry, bans, runtime.clock)
+    ...banApi(registry, bans)
   }
 }
 
@@ -250,11 +305,12 @@ export function createApi (
 export function policyTable (summaries: PolicySummary[]): string {
   const rows: string[][] = [['route', 'policy', 'algorithm', 'limit', 'window', 'burst', 'by', 'mode', 'on error']]
   for (const summary of summaries) {
+    const constraints = constraintText(summary.constraints)
     // Fastify's HEAD twin of a GET shares its limits and keys: one row is enough.
-    if (summary.method === 'HEAD' && summaries.some((other) => other.method === 'GET' && other.url === summary.url)) {
+    if (summary.method === 'HEAD' && summaries.some((other) => other.method === 'GET' && other.url === summary.url && constraintText(other.constraints) === constraints)) {
       continue
     }
-    const route = `${summary.method} ${summary.url}`
+    const route = routeLabel(summary.method, summary.url, constraints)
     if (summary.limits.length === 0) {
       rows.push([route, '(none: rateLimit false)', '', '', '', '', '', '', ''])
       continue

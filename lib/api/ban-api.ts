@@ -43,7 +43,7 @@ async function rendered (bans: Bans, kind: RateLimitBanKind, value: string): Pro
   return await identity.resolveInput({ [kind]: value })
 }
 
-async function banRecord (registry: PolicyRegistry, bans: Bans, input: RateLimitBanInput, now: number): Promise<RateLimitBan> {
+async function banRecord (registry: PolicyRegistry, bans: Bans, input: RateLimitBanInput): Promise<RateLimitBan> {
   if (input === null || typeof input !== 'object') {
     throw new FST_RRL_INVALID_API_CALL(METHOD, 'takes { identity, ttl, actor, reason, target?, statusCode? }')
   }
@@ -59,8 +59,11 @@ async function banRecord (registry: PolicyRegistry, bans: Bans, input: RateLimit
   }
   const actor = changeText(input.actor, 'actor', METHOD)
   const reason = changeText(input.reason, 'reason', METHOD)
+  const id = `${route}|${await rendered(bans, kind, value)}`
+  // Redis time: every instance judges the expiry by it (fleet-records.ts).
+  const now = await bans.stamp()
   return {
-    id: `${route}|${await rendered(bans, kind, value)}`,
+    id,
     route,
     kind,
     identity: shownIdentity({ [kind]: value }),
@@ -72,10 +75,10 @@ async function banRecord (registry: PolicyRegistry, bans: Bans, input: RateLimit
   }
 }
 
-export function banApi (registry: PolicyRegistry, bans: Bans, clock: () => number): Pick<RateLimitApi, 'ban' | 'unban' | 'listBans'> {
+export function banApi (registry: PolicyRegistry, bans: Bans): Pick<RateLimitApi, 'ban' | 'unban' | 'listBans'> {
   return {
     async ban (input) {
-      const record = await banRecord(registry, bans, input, clock())
+      const record = await banRecord(registry, bans, input)
       await bans.set(record)
       return { ...record }
     },
@@ -96,7 +99,8 @@ export function withBans (summaries: PolicySummary[], registry: PolicyRegistry, 
   if (bans.size === 0) return summaries
   for (const summary of summaries) {
     if (summary.limits.length === 0) continue
-    const count = bans.countFor(registry.find(`${summary.method.split(',')[0] as string} ${summary.url}`, 'policies'))
+    const policy = registry.findRow(summary)
+    const count = policy === undefined ? 0 : bans.countFor(policy)
     if (count > 0) summary.bans = count
   }
   return summaries

@@ -4,7 +4,7 @@ import { keyMethod } from '../keys/layout.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { ClientPort } from '../store/redis/client/port.js'
 import type { RateLimitBan, RateLimitBanKind } from '../types.js'
-import { FleetRecords, parseJson, type FleetEntry } from './fleet-records.js'
+import { FleetRecords, parseJson, type FleetClocks, type FleetEntry } from './fleet-records.js'
 
 /*
  * Operator bans, fleet-wide, as fleet records (fleet-records.ts: one hash per
@@ -59,8 +59,8 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   readonly #routes = new WeakSet<CompiledPolicy>()
 
   /** `context`: the plugin's identity options, so values render (and hash) as in keys. */
-  constructor (client: ClientPort | undefined, key: string, clock: () => number, log: FastifyBaseLogger, context: IdentityContext) {
-    super(client, key, clock, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) })
+  constructor (client: ClientPort | undefined, key: string, clocks: FleetClocks, log: FastifyBaseLogger, context: IdentityContext) {
+    super(client, key, clocks, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) })
     this.#context = context
   }
 
@@ -98,7 +98,7 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   }
 
   #lookup (scope: string, rendered: string): RateLimitBan | undefined {
-    const now = this.clock()
+    const now = this.now()
     let found: RateLimitBan | undefined
     for (const id of [EVERY_ROUTE + '|' + rendered, scope + '|' + rendered]) {
       const ban = this.entries.get(id)?.record

@@ -5,7 +5,7 @@ import { runAtLimit } from '../policy/run.js'
 import type { BlockRun } from '../store/port.js'
 import type { ClientPort } from '../store/redis/client/port.js'
 import type { RateLimitOverride } from '../types.js'
-import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetEntry } from './fleet-records.js'
+import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetClocks, type FleetEntry } from './fleet-records.js'
 
 /*
  * Runtime overrides of a block's `limit`, fleet-wide, as fleet records
@@ -43,8 +43,8 @@ function idsOf (policy: CompiledPolicy): string[] {
 }
 
 export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
-  constructor (client: ClientPort | undefined, key: string, clock: () => number, log: FastifyBaseLogger) {
-    super(client, key, clock, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) })
+  constructor (client: ClientPort | undefined, key: string, clocks: FleetClocks, log: FastifyBaseLogger) {
+    super(client, key, clocks, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) })
   }
 
   /**
@@ -61,7 +61,7 @@ export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
       const entry = entries.get(keys[i] as string) ?? entries.get(ids[i] as string)
       if (entry === undefined) continue
       const { expiresAt } = entry.record
-      if (expiresAt !== null && expiresAt <= this.clock()) continue
+      if (expiresAt !== null && expiresAt <= this.now()) continue
       const base = runs[i] as BlockRun
       let run = entry.runs.get(base)
       if (run === undefined) {

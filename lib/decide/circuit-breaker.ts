@@ -1,11 +1,16 @@
+import { errorCause } from '../diagnostics.js'
+
 /*
  * A circuit breaker in front of the store. After `failures` store failures in
  * a row (timeouts and an unreachable Redis, not a bad key), decisions stop
  * asking Redis for `cooldownMs`: each answers at once by its route's
  * onRedisError instead of waiting out `timeout`. When the cooldown ends, one
- * decision is let through as a probe (the others keep answering at once): its
- * success closes the breaker, its failure opens it for another cooldown. It
- * runs on the plugin clock, so tests drive it with the injected clock.
+ * decision is let through as a probe (the others keep answering at once).
+ * The probe is released on every outcome (see `report`): Redis answering
+ * closes the breaker, Redis silent or unreachable opens it for another
+ * cooldown, a call that never reached Redis lets the next decision probe, and
+ * a probe that reports nothing within `timeout` plus one cooldown is released
+ * here. It runs on the plugin clock, so tests drive it with the injected clock.
  */
 
 export interface BreakerOptions {
@@ -15,26 +20,50 @@ export interface BreakerOptions {
   cooldownMs: number
 }
 
+/** What a failed store call says of Redis. */
+export type StoreHealth = 'answered' | 'unhealthy' | 'not-asked'
+
+/**
+ * Redis answered when it replied with an error for one decision's key
+ * (WRONGTYPE, a period error) or a reply this instance could not read; it is
+ * unhealthy when the call timed out or Redis was unreachable (or refused the
+ * whole call); anything else (the store overloaded, a local error) never
+ * reached it and says nothing about its health.
+ */
+export function storeHealth (error: unknown): StoreHealth {
+  const cause = errorCause(error)
+  if (cause === 'timeout' || cause === 'unavailable') return 'unhealthy'
+  if (cause === 'script-error' || cause === 'bad-reply') return 'answered'
+  return 'not-asked'
+}
+
 export class CircuitBreaker {
   readonly #options: BreakerOptions
+  /** A probe silent for this long is released (the store's `timeout` plus one cooldown). */
+  readonly #probeMs: number
   readonly #clock: () => number
   #failures = 0
   #openUntil = 0
-  #probing = false
+  /** When the pending probe was let through, or undefined when none is. */
+  #probeAt: number | undefined
 
-  constructor (options: BreakerOptions, clock: () => number) {
+  constructor (options: BreakerOptions, timeoutMs: number, clock: () => number) {
     this.#options = options
+    this.#probeMs = timeoutMs + options.cooldownMs
     this.#clock = clock
   }
 
   /**
    * Whether this decision may ask the store. False while open; after the
-   * cooldown, true for exactly one probe until it reports back.
+   * cooldown, true for exactly one probe until it reports back (or has been
+   * silent for `timeout` plus one cooldown).
    */
   allow (): boolean {
     if (this.#failures < this.#options.failures) return true
-    if (this.#probing || this.#clock() < this.#openUntil) return false
-    this.#probing = true
+    const now = this.#clock()
+    if (now < this.#openUntil) return false
+    if (this.#probeAt !== undefined && now < this.#probeAt + this.#probeMs) return false
+    this.#probeAt = now
     return true
   }
 
@@ -51,14 +80,23 @@ export class CircuitBreaker {
     return this.#failures >= this.#options.failures
   }
 
+  /** Redis decided: closed. */
   success (): void {
     this.#failures = 0
-    this.#probing = false
+    this.#probeAt = undefined
   }
 
-  failure (): void {
+  /** A store call that was allowed failed: each outcome releases the probe, as storeHealth classifies it. */
+  report (error: unknown): void {
+    const health = storeHealth(error)
+    if (health === 'answered') this.success()
+    else if (health === 'unhealthy') this.#failure()
+    else this.#probeAt = undefined
+  }
+
+  #failure (): void {
     this.#failures++
-    this.#probing = false
+    this.#probeAt = undefined
     if (this.#failures >= this.#options.failures) this.#openUntil = this.#clock() + this.#options.cooldownMs
   }
 }

@@ -26,6 +26,8 @@ export interface Runtime {
   failures: BurstLogger
   /** Logs bad cost results at most once per burst. */
   badInput: BurstLogger
+  /** Logs a throwing metrics instrument or logger at most once per burst (TELEMETRY_THREW). */
+  telemetry: BurstLogger
   /** The local deny cache, or undefined when `denyCache: false`. */
   denyCache: DenyCache | undefined
   /** Rejections are logged once per identity per window. */
@@ -76,4 +78,6 @@ export interface Evaluation {
   shadowViolated: string[]
   retrySeconds: number
   source: DecisionSource
+  /** When the store charged this decision, on its clock (store/port.ts Decided.at): what a give-back sends. Undefined unless the store decided. */
+  chargedAt: number | undefined
 }

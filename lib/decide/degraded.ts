@@ -6,16 +6,9 @@ import { toEvaluation } from './evaluation.js'
 import { errorCause, storeErrorChannel } from '../diagnostics.js'
 import type { BlockRun } from '../store/port.js'
 
-/** Failures that say the store is unhealthy (not a bad key or a full queue): they open the breaker. */
-export function storeUnhealthy (error: unknown): boolean {
-  const cause = errorCause(error)
-  return cause === 'timeout' || cause === 'unavailable'
-}
-
-/** Counts, publishes and logs (throttled) one store failure. */
-function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): void {
+/** Publishes and logs (throttled) one store failure: telemetry, run after the degraded decision is delivered. */
+export function reportFailure (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): void {
   const { policy } = input
-  runtime.stats.degraded++
   const cause = errorCause(error)
   runtime.metrics?.storeError(origin.route, cause)
   if (storeErrorChannel.hasSubscribers) storeErrorChannel.publish({ route: origin.route, cause, error })
@@ -26,7 +19,7 @@ function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime,
 async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<Evaluation> {
   const runs: BlockRun[] = input.runs.map((run) => ({ ...run, params: run.local ?? run.params }))
   const local = { ...input, runs }
-  const decisions = await runtime.localStore().decide(local, 'charge')
+  const { decisions } = await runtime.localStore().decide(local, 'charge')
   // The decision channel names no shadow refusal of the local limiter.
   const verdict: Verdict = { ...combine(input.policy, runs, decisions), shadowViolated: [] }
   if (verdict.rejected) runtime.stats.limited++
@@ -34,9 +27,9 @@ async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<E
   return toEvaluation(local, decisions, verdict, 'local', 'charge')
 }
 
-/** The store failed: the route's onRedisError decides, and the failure is reported (throttled). */
-export async function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): Promise<Evaluation> {
-  report(input, origin, runtime, error)
+/** The store failed: the route's onRedisError decides (counted; reportFailure reports it). */
+export async function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): Promise<Evaluation> {
+  runtime.stats.degraded++
   if (input.policy.onRedisError === 'local') return await decideLocally(input, runtime)
   const closed = input.policy.onRedisError === 'closed' && !input.policy.allShadow
   const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0, nextMs: 0 }

@@ -2,10 +2,10 @@ import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
 import { combine } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
-import { degraded, storeUnhealthy } from './degraded.js'
+import { degraded, reportFailure } from './degraded.js'
 import { holdUntil, type DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
-import { decisionChannel } from '../diagnostics.js'
+import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types.js'
 import { isSlotRun } from '../store/port.js'
@@ -71,13 +71,36 @@ function logRefusal (input: DecisionInput, origin: DecisionOrigin, runtime: Runt
 }
 
 /**
+ * After `done` has the evaluation: the store failure's report, the refusal
+ * log, metrics and the decision channel. Telemetry runs after delivery and
+ * isolated (metrics instruments are: diagnostics.ts; Node isolates channel
+ * subscribers), so a throwing meter or logger never leaves a request
+ * unanswered; a throw is logged once per burst. `failure`: the store's error
+ * when onRedisError decided.
+ */
+function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, evaluation: Evaluation, durationMs: number, now: number, failure: unknown): void {
+  try {
+    if (failure !== undefined) reportFailure(input, origin, runtime, failure)
+    else if (evaluation.source !== 'deny-cache' && evaluation.decision.outcome !== 'allowed') logRefusal(input, origin, runtime, evaluation, now)
+    publish(runtime, input, origin, evaluation, durationMs)
+  } catch (error) {
+    runtime.telemetry.report(origin.log, { err: error }, TELEMETRY_THREW)
+  }
+}
+
+/** Ms since `startedAt`; 0 when nothing measures (startedAt 0). */
+function since (startedAt: number): number {
+  return startedAt === 0 ? 0 : performance.now() - startedAt
+}
+
+/**
  * Decides one request (or one consume() call): the local deny cache first,
- * then one store call for every block. `done` gets the Evaluation once; a
- * store failure becomes a degraded decision by the route's onRedisError.
- * `fail` gets what went wrong in deciding or reporting it after the store
- * call (a meter that throws, say); before it, such an error is thrown. On the
- * common path no promise of its own: the route hook continues straight from
- * the store's reply.
+ * then one store call for every block. `done` gets the Evaluation once, and
+ * only then is the decision reported (see report); a store failure becomes a
+ * degraded decision by the route's onRedisError. `fail` gets what went wrong
+ * in deciding after the store call; before it, such an error is thrown. On
+ * the common path no promise of its own: the route hook continues straight
+ * from the store's reply.
  */
 export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, done: (evaluation: Evaluation) => void, fail: (error: Error) => void): void {
   const startedAt = runtime.metrics !== undefined || decisionChannel.hasSubscribers ? performance.now() : 0
@@ -87,33 +110,42 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   // 1. The local deny cache: any enforced block still refused → answer here.
   const cached = denyCache !== undefined && denyCache.size > 0 ? fromDenyCache(denyCache, input, now) : undefined
   if (cached !== undefined) {
-    done(fromCache(input, origin, runtime, cached, startedAt))
+    const evaluation = fromCache(input, runtime, cached)
+    const durationMs = since(startedAt)
+    done(evaluation)
+    report(input, origin, runtime, evaluation, durationMs, now, undefined)
     return
   }
 
   // 2. One store call for every block; its failure → onRedisError.
-  // Not the hot path: a promise chain, so a throw while publishing (a failing meter) reaches `fail` too.
   const onStoreError = (error: unknown): void => {
-    if (breaker !== undefined && storeUnhealthy(error)) breaker.failure()
-    degraded(input, origin, runtime, error)
-      .then((evaluation) => { publish(runtime, input, origin, evaluation, startedAt); return evaluation })
-      .then(done, fail)
+    degraded(input, origin, runtime).then((evaluation) => {
+      const durationMs = since(startedAt)
+      done(evaluation)
+      report(input, origin, runtime, evaluation, durationMs, now, error)
+    }, fail)
   }
   if (breaker !== undefined && !breaker.allow()) {
     onStoreError(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return
   }
-  runtime.store.decide(input, 'charge').then((decisions) => {
+  // Every outcome of an allowed call reports to the breaker: a probe is never left pending.
+  runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
     let evaluation: Evaluation
     try {
       breaker?.success()
-      evaluation = fromStore(input, origin, runtime, decisions, now, startedAt)
+      evaluation = fromStore(input, origin, runtime, decisions, now, at)
     } catch (error) {
       fail(error as Error)
       return
     }
+    const durationMs = since(startedAt)
     done(evaluation)
-  }, onStoreError)
+    report(input, origin, runtime, evaluation, durationMs, now, undefined)
+  }, (error: unknown) => {
+    breaker?.report(error)
+    onStoreError(error)
+  })
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
@@ -122,17 +154,15 @@ export function evaluate (input: DecisionInput, origin: DecisionOrigin, runtime:
 }
 
 /** A refusal the deny cache answered. */
-function fromCache (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, cached: Array<RawDecision | undefined>, startedAt: number): Evaluation {
+function fromCache (input: DecisionInput, runtime: Runtime, cached: Array<RawDecision | undefined>): Evaluation {
   runtime.stats.limited++
   const verdict = combine(input.policy, input.runs, cached)
   if (verdict.outcome === 'penalized') runtime.stats.penalized++
-  const evaluation = toEvaluation(input, cached, verdict, 'deny-cache', 'charge')
-  publish(runtime, input, origin, evaluation, startedAt)
-  return evaluation
+  return toEvaluation(input, cached, verdict, 'deny-cache', 'charge')
 }
 
-/** The store's decisions, combined, counted, remembered (refusals) and published. */
-function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, startedAt: number): Evaluation {
+/** The store's decisions (taken at `at`, its clock), combined, counted and remembered (refusals). */
+function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, at: number): Evaluation {
   const { stats, denyCache } = runtime
   const verdict = combine(input.policy, input.runs, decisions)
   const { rejected, outcome } = verdict
@@ -144,10 +174,7 @@ function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
     stats.allowed++
     if (outcome === 'shadow-limited') stats.shadowLimited++
   }
-  const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge')
-  if (outcome !== 'allowed') logRefusal(input, origin, runtime, evaluation, now)
-  publish(runtime, input, origin, evaluation, startedAt)
-  return evaluation
+  return toEvaluation(input, decisions, verdict, origin.source, 'charge', at)
 }
 
 /**
@@ -156,6 +183,6 @@ function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
  * failures reject (the caller asked for state, not for a request to pass).
  */
 export async function peek (input: DecisionInput, runtime: Runtime): Promise<RateLimitDecision> {
-  const decisions = await runtime.store.decide(input, 'peek')
+  const { decisions } = await runtime.store.decide(input, 'peek')
   return toEvaluation(input, decisions, combine(input.policy, input.runs, decisions), 'api', 'peek').decision
 }

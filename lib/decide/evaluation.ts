@@ -35,9 +35,10 @@ function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDeci
  * The one place an Evaluation is built. Admitting blocks were charged only
  * when the store was asked to charge (`mode`) and nothing refused; a decision
  * is degraded when the store failed (onRedisError decided it: the outcome
- * says `degraded`, or this instance's local limiter answered).
+ * says `degraded`, or this instance's local limiter answered). `chargedAt`:
+ * the store's time of the decision, when the store took it.
  */
-export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode): Evaluation {
+export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode, chargedAt?: number): Evaluation {
   const { policy, runs, costs } = input
   const { rejected, binding, outcome, top } = verdict
   const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
@@ -62,15 +63,15 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
     violated: verdict.violated,
     shadowViolated: verdict.shadowViolated,
     retrySeconds: outcome === 'degraded' ? UNAVAILABLE_RETRY_SECONDS : rejected ? retryAfterSeconds(verdict.latestRetryMs) : 0,
-    source
+    source,
+    chargedAt
   }
 }
 
-/** Metrics and the decision channel; nothing is measured when neither listens. */
-export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, startedAt: number): void {
+/** Metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
+export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
-  const durationMs = performance.now() - startedAt
   const { decision } = evaluation
   metrics?.decision(origin.route, decision.policy, decision.outcome, durationMs)
   if (evaluation.source === 'deny-cache') metrics?.denyCacheHit(origin.route, decision.policy)

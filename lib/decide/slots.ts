@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { DecisionInput, Evaluation, Runtime } from './contract.js'
-import { isSlotRun, type SlotAdjustment, type Store } from '../store/port.js'
+import { slotReleases, type SlotAdjustment, type Store } from '../store/port.js'
 
 /*
  * The slots this instance holds (concurrency blocks): who took them, their
@@ -100,17 +100,6 @@ export class SlotKeeper {
   }
 }
 
-/** The release entries of the request's slots: one per concurrency run. */
-function releaseEntries (input: DecisionInput, slot: string): SlotAdjustment[] {
-  const out: SlotAdjustment[] = []
-  for (let i = 0; i < input.runs.length; i++) {
-    const run = input.runs[i]
-    const key = input.keys[i]
-    if (run !== undefined && key !== undefined && isSlotRun(run)) out.push({ kind: 'release', run, key, slot })
-  }
-  return out
-}
-
 /**
  * After an admitted decision with slots: holds them where they were taken
  * (the store, or this instance's local limiter for onRedisError 'local').
@@ -119,7 +108,7 @@ function releaseEntries (input: DecisionInput, slot: string): SlotAdjustment[] {
  */
 export function holdSlots (runtime: Runtime, input: DecisionInput, evaluation: Evaluation, log: FastifyBaseLogger): HeldSlots | undefined {
   if (evaluation.rejected || input.slot === undefined || evaluation.decision.outcome === 'degraded') return undefined
-  const entries = releaseEntries(input, input.slot)
+  const entries = slotReleases(input)
   if (entries.length === 0) return undefined
   const store = evaluation.source === 'local' ? runtime.localStore() : runtime.store
   return runtime.slots.hold(store, entries, log)

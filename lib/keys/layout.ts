@@ -22,8 +22,8 @@ import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
  *   canonical IPs (hex digits, dots, colons, a slash) or base64url hashes, so no
  *   `{`, `}` or separator from a client can move the hash tag or fake another key.
  * - Route templates are percent-escaped (`%`, `{`, `}`, `|`), which keeps the
- *   mapping one-to-one; anything over budget is replaced by `%H<hash>`, a form
- *   the escaping can never produce.
+ *   mapping one-to-one; a route's constraints add `%C<hash>`; anything over
+ *   budget is replaced by `%H<hash>`: forms the escaping can never produce.
  * - Budgets keep every key within MAX_KEY_BYTES.
  * - With `hashSecret`, identity values are hashed with HMAC-SHA256 keyed by it,
  *   so a key name cannot be checked against guessed usernames or API keys.
@@ -64,10 +64,23 @@ function escapeRouteChars (value: string): string {
   return value.replace(/[%{}|]/g, (char) => '%' + char.charCodeAt(0).toString(16).toUpperCase())
 }
 
-/** `METHOD:/route/template`, escaped, hashed when it would not fit. Computed once per route. */
-export function routeSegment (method: string, url: string): string {
+/** Marks the hash of a route's constraints: `%C` is never produced by escapeRouteChars either. */
+const CONSTRAINED = '%C'
+
+function bounded (segment: string, whole: string): string {
+  return Buffer.byteLength(segment) <= MAX_ROUTE_LENGTH ? segment : hashedForm(whole)
+}
+
+/**
+ * `METHOD:/route/template`, escaped, hashed when it would not fit; computed
+ * once per route. A constrained route (keys/constraints.ts) appends `%C` and
+ * the hash of its constraints' text; without constraints the segment is what
+ * it always was.
+ */
+export function routeSegment (method: string, url: string, constraints = ''): string {
   const escaped = `${method}:${escapeRouteChars(url)}`
-  return Buffer.byteLength(escaped) <= MAX_ROUTE_LENGTH ? escaped : hashedForm(escaped)
+  if (constraints === '') return bounded(escaped, escaped)
+  return bounded(escaped + CONSTRAINED + hashValue(constraints), escaped + CONSTRAINED + constraints)
 }
 
 /** The part of a key before the identity; computed once per route. */
@@ -156,11 +169,11 @@ export interface KeyLayout {
  */
 export function keyLayout (
   prefix: string,
-  route: { method: string | string[], url: string } | undefined,
+  route: { method: string | string[], url: string, constraints?: string } | undefined,
   blocks: ReadonlyArray<{ global: boolean, suffix: string }>,
   identityOf: readonly number[]
 ): KeyLayout {
-  const segment = route === undefined ? '' : routeSegment(keyMethod(route.method), route.url)
+  const segment = route === undefined ? '' : routeSegment(keyMethod(route.method), route.url, route.constraints)
   const identityCount = Math.max(...identityOf) + 1
   // With a global block and one identity, the identity alone is the tag, so route and global keys share a slot.
   const tagByIdentity = blocks.some((block) => block.global) && identityCount === 1

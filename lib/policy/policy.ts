@@ -1,5 +1,6 @@
 import { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock } from './block.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
+import { routeLabel } from '../keys/constraints.js'
 import type { CompiledIdentity } from '../keys/identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
 import { HOOKS } from './validate.js'
@@ -19,7 +20,7 @@ export type { BlockRun } from '../store/port.js'
 
 /** Everything one route's requests need. */
 export interface CompiledPolicy extends KeyLayout {
-  /** `GET /orders/:id`, for logs and errors. */
+  /** `GET /orders/:id` (with its constraints' text when it has any: keys/constraints.ts), for logs, errors and ban scopes. */
   route: string
   /** The first block's name (the route's own policy). */
   name: string
@@ -98,7 +99,8 @@ function ownBlocks (
 
 /**
  * Compiles a route's `config.rateLimit` (a block or an array of blocks) together
- * with the global blocks into the route's policy.
+ * with the global blocks into the route's policy. `constraints`: the route's
+ * constraint text (keys/constraints.ts), '' for none.
  */
 export function compilePolicy (
   declared: unknown,
@@ -106,10 +108,11 @@ export function compilePolicy (
   url: string,
   context: CompileContext,
   source: BlockSource,
-  globals: readonly CompiledBlock[] = []
+  globals: readonly CompiledBlock[] = [],
+  constraints = ''
 ): CompiledPolicy {
   const methodLabel = Array.isArray(method) ? method.join(',') : method
-  const route = `${methodLabel} ${url}`
+  const route = routeLabel(methodLabel, url, constraints)
   const where = source === 'defaultLimit' ? `${route} (from defaultLimit)` : route
   // No block of its own and no defaultLimit: the global blocks alone limit the route.
   const own = declared === undefined && globals.length > 0 ? [] : ownBlocks(declared, method, url, context, source, where)
@@ -118,7 +121,7 @@ export function compilePolicy (
       throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)
     }
   }
-  return assemblePolicy({ route, where, at: { method, url }, own, globals, context, source })
+  return assemblePolicy({ route, where, at: { method, url, constraints }, own, globals, context, source })
 }
 
 /** A policy of one global block alone, for the programmatic API (`peek('global-0', ...)`). */
@@ -132,7 +135,7 @@ interface Assembly {
   route: string
   where: string
   /** The route the keys carry; undefined for a global block alone. */
-  at: { method: string | string[], url: string } | undefined
+  at: { method: string | string[], url: string, constraints: string } | undefined
   own: readonly CompiledBlock[]
   globals: readonly CompiledBlock[]
   context: CompileContext

@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
 import { FST_RRL_BANNED, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
 import type { RateLimitRefusal, ReplyBuilder } from '../types.js'
+import { strayThenable } from '../util/await-within.js'
 
 /*
  * RFC 9457 problem details for the refusals: over a limit, limiter unavailable, banned. No Redis error text and no
@@ -99,6 +100,7 @@ export function createRefuse (replyBuilder: ReplyBuilder | undefined, useErrorHa
     let built: ReturnType<ReplyBuilder>
     try {
       built = replyBuilder(request, refusal)
+      if (strayThenable(built)) throw new TypeError('returned a Promise; replyBuilder must be synchronous')
       if (built === null || typeof built !== 'object') throw new TypeError(`returned ${built === null ? 'null' : typeof built}, not { body, headers? }`)
     } catch (error) {
       onBuilderError(request, error)

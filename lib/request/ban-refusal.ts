@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Bans } from '../api/bans.js'
 import { recordBan } from '../decide/evaluate.js'
+import { TELEMETRY_THREW } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import type { InputRuntime } from './inputs.js'
@@ -22,16 +23,25 @@ export interface BanRuntime extends InputRuntime {
 /** A ban is logged once per ban per minute, not once per request under a flood. */
 const LOG_EVERY_MS = 60_000
 
-/** Refuses a banned request: counted, published, logged once per ban per minute. */
+/**
+ * Refuses a banned request: counted, published, logged once per ban per
+ * minute. That telemetry is isolated; it comes first because the refusal may
+ * be thrown (useErrorHandler).
+ */
 export function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
   const now = runtime.clock()
-  const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - now)
+  // The time left by the time bans are judged by (Redis's), not this host's clock.
+  const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - runtime.bans.now())
   const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', tier: undefined, policies: [] }
   request.rateLimit = decision
-  recordBan(runtime, policy, startedAt)
-  if (runtime.rejections.first(`ban ${ban.id}`, now, now + LOG_EVERY_MS)) {
-    // The ban's route, kind and who set it: never the identity value.
-    request.log.info({ route: policy.route, identityKind: ban.kind, ban: { route: ban.route, statusCode: ban.statusCode, actor: ban.actor, setAt: new Date(ban.setAt).toISOString() } }, 'rate limit ban refused a request')
+  try {
+    recordBan(runtime, policy, startedAt)
+    if (runtime.rejections.first(`ban ${ban.id}`, now, now + LOG_EVERY_MS)) {
+      // The ban's route, kind and who set it: never the identity value.
+      request.log.info({ route: policy.route, identityKind: ban.kind, ban: { route: ban.route, statusCode: ban.statusCode, actor: ban.actor, setAt: new Date(ban.setAt).toISOString() } }, 'rate limit ban refused a request')
+    }
+  } catch (error) {
+    runtime.telemetry.report(request.log, { err: error }, TELEMETRY_THREW)
   }
   const retryAfter = ban.statusCode === 429 ? Math.max(1, Math.ceil(leftMs / 1000)) : 0
   return runtime.refuse(request, reply, policy, { statusCode: ban.statusCode, retryAfter, violatedPolicies: [], decision })

@@ -4,7 +4,8 @@ import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../decide/slots.js'
-import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { changeUsage, type UsageSource } from '../decide/given-back.js'
+import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
 
 /*
@@ -19,12 +20,14 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  *   one tick after 'finish'). A response already closed fires at once.
  * - At that moment each source in `ended` (refunds, settles) turns the
  *   request's `Ending` (the blocks that charged it, their keys and costs,
- *   the charge time) into store adjustments; a sync source is read in the
- *   same tick (a refund is queued before the caller's next request), an
- *   async one is awaited (it bounds its own wait). Whatever they give goes
- *   in ONE `store.adjust` call (one batch entry, one hash slot); a failed
- *   call is logged and dropped. Nothing here delays or fails the response:
- *   it has closed already.
+ *   the charge's time on the store's clock, which the store compares with
+ *   its own: never this instance's) into store adjustments; a sync source
+ *   is read in the same tick (a refund is queued before the caller's next
+ *   request), an async one is awaited (it bounds its own wait). Whatever
+ *   they give goes in ONE `store.adjust` call (one batch entry, one hash
+ *   slot), through decide/given-back.ts (the one path for units given back:
+ *   deny cache, stats, metrics); a failed call is logged and dropped.
+ *   Nothing here delays or fails the response: it has closed already.
  * - Concurrency slots held for the request (decide/slots.ts) are released
  *   by the same call: one idempotent release entry per slot, taken off the
  *   keeper (so renewals stop) in the tick the response closed. A call of
@@ -37,12 +40,13 @@ import { reportValue, type InputRuntime as Runtime } from './inputs.js'
  *   route hook track the request.
  */
 
-/** What an admitted request charged: its decision input, the decisions, and the plugin clock at the charge. */
+/** What an admitted request charged: its decision input, the decisions, and the store's time of the charge. */
 export interface Ending {
   policy: CompiledPolicy
   input: DecisionInput
   decisions: ReadonlyArray<RawDecision | undefined>
-  at: number
+  /** Evaluation.chargedAt: the store's clock when it charged (undefined: nothing charged). */
+  chargedAt: number | undefined
   /** The concurrency slots the request holds, if any. */
   slots?: HeldSlots | undefined
 }
@@ -52,27 +56,30 @@ export function charged (ending: Ending, i: number): boolean {
   return ending.decisions[i]?.allowed === true && ending.input.runs[i] !== undefined && ending.input.keys[i] !== undefined
 }
 
-/** Whether refundOn matches the reply; a throwing predicate is logged and means no. */
+/** Whether refundOn matches the reply; a throw or a Promise (it must be synchronous) is logged and means no. */
 function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: FastifyRequest, reply: FastifyReply, runtime: Runtime, route: string): boolean {
+  let matched: unknown
   try {
-    return refundOn(reply) === true
+    matched = refundOn(reply)
   } catch (error) {
-    runtime.badInput.report(request.log, { err: error, route }, 'rate limit refundOn threw; no refund')
+    reportValue(request, runtime, 'refundOn', route, { ok: false, error }, 'no refund')
     return false
   }
+  if (!strayThenable(matched)) return matched === true
+  reportValue(request, runtime, 'refundOn', route, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, 'no refund')
+  return false
 }
 
 /** refundOn: a matching reply gives back what each such block charged. */
 function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] {
   const { policy, input } = ending
   const out: Adjustment[] = []
-  const elapsedMs = runtime.clock() - ending.at
   for (let i = 0; i < input.runs.length; i++) {
     const refundOn = policy.blocks[i]?.refundOn
     const cost = input.costs[i] as number
     if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
     if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
-    out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, elapsedMs })
+    out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, chargedAt: ending.chargedAt })
   }
   return out
 }
@@ -126,18 +133,18 @@ function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
     }
   }
   const entries = (): Adjustment[] => {
-    const elapsedMs = runtime.clock() - ending.at
     const out: Adjustment[] = []
-    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, elapsedMs }) })
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, chargedAt: ending.chargedAt }) })
     return out
   }
   return pending === undefined ? entries() : Promise.all(pending).then(entries)
 }
 
-/** Sends the adjustments in one store call; a failure is logged once per burst (as store failures are) and dropped. */
-async function send (entries: readonly Adjustment[], request: FastifyRequest, runtime: Runtime, route: string): Promise<boolean> {
+/** Sends the adjustments in one store call (units through the given-back path); a failure is logged once per burst (as store failures are) and dropped. */
+async function send (entries: readonly Adjustment[], sources: readonly UsageSource[], request: FastifyRequest, runtime: Runtime, route: string): Promise<boolean> {
   try {
-    await (onlySlots(entries) ? runtime.store.adjustSlots(entries) : runtime.store.adjust(entries))
+    if (onlySlots(entries)) await runtime.store.adjustSlots(entries)
+    else await changeUsage(runtime, { route, log: request.log, sources, entries })
     return true
   } catch (error) {
     runtime.failures.report(request.log, { err: error, route }, 'rate limit end-of-request adjustment failed: usage not changed')
@@ -145,7 +152,7 @@ async function send (entries: readonly Adjustment[], request: FastifyRequest, ru
   }
 }
 
-/** The request ended: every source's entries in one store call; stats count requests whose call succeeded. */
+/** The request ended: every source's entries in one store call (counted there, when it succeeded). */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
   const refunded = refunds(ending, request, reply, runtime)
   // Taken in the tick the response closed: renewals stop now, whatever a settle awaits.
@@ -155,13 +162,12 @@ async function ended (ending: Ending, request: FastifyRequest, reply: FastifyRep
   const units = settled.length === 0 ? refunded : [...refunded, ...settled]
   const entries = released.length === 0 ? units : [...units, ...released]
   if (entries.length === 0) return
-  if (await send(entries, request, runtime, ending.policy.route)) {
-    if (refunded.length > 0) runtime.stats.refunded++
-    if (settled.length > 0) runtime.stats.settled++
-    return
-  }
+  const sources: UsageSource[] = []
+  if (refunded.length > 0) sources.push('refund')
+  if (settled.length > 0) sources.push('settle')
+  if (await send(entries, sources, request, runtime, ending.policy.route)) return
   // The units were sent at most once; the slots' releases are idempotent: alone, they are retried.
-  if (units.length > 0 && released.length > 0) await send(released, request, runtime, ending.policy.route)
+  if (units.length > 0 && released.length > 0) await send(released, [], request, runtime, ending.policy.route)
 }
 
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */

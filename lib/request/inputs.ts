@@ -6,7 +6,7 @@ import { assembleKeys } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import { isCost, isCount } from '../policy/validate.js'
-import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 
 /*
  * What one request contributes to its decision: whether it is skipped, its
@@ -69,9 +69,7 @@ function requestCost (block: CompiledBlock, route: string, request: FastifyReque
   }
   if (isCost(value)) return value
   // A broken cost function must neither crash the request nor let it through for free.
-  // An async one's rejection must not go unhandled.
-  const thenable = isThenable(value)
-  if (thenable) Promise.resolve(value).catch(() => {})
+  const thenable = strayThenable(value)
   runtime.badInput.report(request.log, { err: new FST_RRL_INVALID_COST(route, describeCost(value, thenable)), route }, 'rate limit cost function returned an invalid cost')
   return 1
 }

@@ -35,7 +35,7 @@ export function limitNotFound ({ fastify, declared, context, globals, listing, r
   if (slots !== undefined) {
     throw new FST_RRL_INVALID_OPTION('notFound', `has a concurrency block (${JSON.stringify(slots.name)}): limit not-found requests by rate (limit and window)`)
   }
-  listPolicy(listing, { method, url }, policy, [`${method} ${url}`, ...ownBlockNames(policy)])
+  listPolicy(listing, { method, url }, policy, ownBlockNames(policy))
   const hook = createRouteHook(policy, runtime)
   fastify.addHook(policy.needsBody ? 'preValidation' : 'onRequest', function rateLimitNotFound (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
     if (!request.is404) {

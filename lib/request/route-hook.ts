@@ -59,7 +59,8 @@ function trackAdmitted (request: FastifyRequest, reply: FastifyReply, policy: Co
   const slots = policy.concurrency ? holdSlots(runtime, input, evaluation, request.log) : undefined
   const charged = !evaluation.decision.degraded
   if (!charged && slots === undefined) return
-  trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], at: runtime.clock(), slots }, runtime)
+  // The charge's time as the store read it (it came back with the call): a reply read late must not move a give-back into the next window.
+  trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], chargedAt: evaluation.chargedAt, slots }, runtime)
 }
 
 /** Fastify's `done` of a callback-style hook: nothing to continue, an error for the error handler. */

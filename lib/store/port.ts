@@ -78,11 +78,12 @@ export function isSlotRun (run: BlockRun): boolean {
 
 /**
  * A signed change of one block's usage, made after the decision that charged
- * it. `units` < 0 gives back (never below zero, and only to the window the
- * units were spent in while it is current: refundOn's rule); `units` > 0
- * charges without deciding (never refused: usage may go over the limit, an
- * overdraft the next decisions wait out), to the window it was spent in while
- * that is current, else to the current one.
+ * it. `units` < 0 gives back (never below zero), to the window the charge was
+ * made in, as docs/quotas.md's table says per algorithm: fixed-window and
+ * periods only while that window is current, sliding-window the current or
+ * the previous one; a charge whose window is older gives nothing back.
+ * `units` > 0 charges without deciding (never refused: usage may go over the
+ * limit, an overdraft the next decisions wait out), to the current window.
  */
 export interface UnitsAdjustment {
   kind: 'units'
@@ -90,8 +91,13 @@ export interface UnitsAdjustment {
   key: string
   /** A nonzero integer: positive charges, negative gives back. */
   units: number
-  /** ms since the units were charged (0 outside a request), so the script finds the window they were spent in. */
-  elapsedMs: number
+  /**
+   * When the units were charged, on the store's clock (Decided.at: Redis
+   * TIME, or the test clock the call sent; the memory store's clock), which
+   * the store compares with its own clock now: never an instance's clock.
+   * Undefined: a change outside a request (adjust()), made now.
+   */
+  chargedAt?: number | undefined
 }
 
 /**
@@ -113,9 +119,29 @@ export interface SlotAdjustment {
  */
 export type Adjustment = UnitsAdjustment | SlotAdjustment
 
+/** The releases of the slots a request takes, one per concurrency run (none without a slot id). */
+export function slotReleases (request: StoreRequest): SlotAdjustment[] {
+  const { runs, keys, slot } = request
+  const out: SlotAdjustment[] = []
+  if (slot === undefined) return out
+  for (let i = 0; i < runs.length; i++) {
+    const run = runs[i]
+    const key = keys[i]
+    if (run !== undefined && key !== undefined && isSlotRun(run)) out.push({ kind: 'release', run, key, slot })
+  }
+  return out
+}
+
 /** Whether every entry is a slot's release or renewal (an idempotent call). */
 export function onlySlots (entries: readonly Adjustment[]): entries is readonly SlotAdjustment[] {
   return entries.every((entry) => entry.kind !== 'units')
+}
+
+/** A decision call's answer: one decision per run, and the store's clock (ms) when it decided. */
+export interface Decided {
+  decisions: RawDecision[]
+  /** Redis TIME as the script read it (or the test clock it was sent), the memory store's clock: a charge's time for its give-backs. */
+  at: number
 }
 
 /** Where decisions are taken: one atomic step per request. */
@@ -124,10 +150,11 @@ export interface Store {
    * Decides every block of one request at once, all-or-nothing: when every
    * enforced (non-shadow) run admits, each enforced run and each admitting
    * shadow run is charged; otherwise nothing is written. With `'peek'`, nothing
-   * is written in any case. Returns one decision per run, in order.
+   * is written in any case. Returns one decision per run, in order, and the
+   * time the store decided at (the charge's time, for give-backs).
    * Rejects on any failure (unavailable, timeout, bad reply); the caller applies onRedisError.
    */
-  decide: (request: StoreRequest, mode: DecideMode) => Promise<RawDecision[]>
+  decide: (request: StoreRequest, mode: DecideMode) => Promise<Decided>
   /**
    * Changes usage after the decisions that charged it (refundOn, settle,
    * `fastify.rateLimit.adjust`): one store call for every entry, each entry

@@ -74,6 +74,8 @@ export interface PolicyBlockSummary {
 export interface PolicySummary {
   method: string
   url: string
+  /** The route's constraints (host, version, custom strategies) as declared; absent on a route without. */
+  constraints?: Record<string, unknown>
   /** The route's first block; `false` for routes that opted out with `rateLimit: false`. */
   limit: false | PolicyBlockSummary
   /** Every block decided for the route's requests: its own, then the global ones (empty when opted out). */
@@ -100,6 +102,21 @@ export interface RateLimitIdentity {
   tier?: string
 }
 
+/** A route by method, URL and constraints: reaches one of several routes that share method and URL. */
+export interface RateLimitRouteTarget {
+  method: string
+  url: string
+  /** The route's `constraints` as declared (compared by value; a RegExp by source and flags); omitted for the route without constraints. */
+  constraints?: Record<string, unknown>
+}
+
+/**
+ * What the API's calls name: a route (`'GET /orders/:id'`; a constrained
+ * route's label, `'GET /api {"host":"a.example.com"}'`), a block name, a name
+ * from the `policies` option, or a route as `{ method, url, constraints }`.
+ */
+export type RateLimitTarget = string | RateLimitRouteTarget
+
 export interface RateLimitStats {
   allowed: number
   limited: number
@@ -121,8 +138,8 @@ export interface RateLimitStats {
 
 /** What `setOverride` takes. */
 export interface RateLimitOverrideInput {
-  /** A block: its name, a named policy, or a route (`'GET /orders/:id'`) with one block of its own. */
-  target: string
+  /** A block: its name, a named policy, or a route (`'GET /orders/:id'`, `{ method, url, constraints }`) with one block of its own. */
+  target: RateLimitTarget
   /** Only this caller (the values its `by` parts read); omitted: every caller of the block. */
   identity?: RateLimitIdentity
   /** The limit to apply instead of the block's (burst follows where it equals the limit). */
@@ -160,8 +177,8 @@ export type RateLimitBanKind = 'ip' | 'user' | 'apiKey'
 
 /** What `ban` takes. */
 export interface RateLimitBanInput {
-  /** A route (`'GET /orders/:id'`) or one of its block names; omitted: every limited route. */
-  target?: string
+  /** A route (`'GET /orders/:id'`, `{ method, url, constraints }`) or one of its block names; omitted: every limited route. */
+  target?: RateLimitTarget
   /**
    * Exactly one of `ip` (grouped by `ipv6Subnet` as in keys), `user` (what the
    * plugin's `user(request)` returns) or `apiKey` (what `apiKey(request)` returns).
@@ -181,7 +198,7 @@ export interface RateLimitBanInput {
 export interface RateLimitBan {
   /** `<route or *>|<rendered identity>` (`*|ip=203.0.113.7`, `GET /orders|u=<hash>`); `unban` takes it. */
   id: string
-  /** The route it applies to (`GET /orders`), or `*` for every limited route. */
+  /** The route it applies to (`GET /orders`; `GET /api {"host":"a.example.com"}` for a constrained route), or `*` for every limited route. */
   route: string
   kind: RateLimitBanKind
   /** Which caller: `{ ip }` or `{ user }` with the value; an API key only as `{ apiKey: '(given)' }`. */
@@ -212,17 +229,17 @@ export interface RateLimitApi {
   stats: () => RateLimitStats
   /**
    * What a request of `cost` (default 1) would get now, charging nothing.
-   * `target`: a route (`'GET /orders/:id'`), a block or named policy name.
+   * `target`: a route (`'GET /orders/:id'`, `{ method, url, constraints }`), a block or named policy name.
    */
-  peek: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  peek: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
   /** Deletes the caller's state for every block of `target` (and this instance's deny-cache entries). */
-  reset: (target: string, identity: RateLimitIdentity) => Promise<void>
+  reset: (target: RateLimitTarget, identity: RateLimitIdentity) => Promise<void>
   /**
    * Charges `cost` (default 1) to the caller, all-or-nothing over every block of
    * `target`, as a request would: for jobs, websockets, queues. Never throws
    * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
    */
-  consume: (target: string, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  consume: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
   /**
    * Takes a slot of every concurrency block of `target` for the caller (and
    * charges its rate blocks one unit, all-or-nothing, as consume does), for
@@ -230,7 +247,7 @@ export interface RateLimitApi {
    * ends. Never throws for a store failure: onRedisError decides, and the slot's
    * release() then does nothing (`'local'`: it gives back the local slot).
    */
-  acquire: (target: string, identity: RateLimitIdentity) => Promise<RateLimitSlot>
+  acquire: (target: RateLimitTarget, identity: RateLimitIdentity) => Promise<RateLimitSlot>
   /**
    * Changes the caller's usage by `units` (a signed integer: positive charges,
    * negative gives back) on every block of `target` that supports it (all but
@@ -241,7 +258,7 @@ export interface RateLimitApi {
    * request (a stream that counts its tokens later). Resolves to the names of
    * the blocks it applied to; rejects when the store fails.
    */
-  adjust: (target: string, identity: RateLimitIdentity, units: number) => Promise<string[]>
+  adjust: (target: RateLimitTarget, identity: RateLimitIdentity, units: number) => Promise<string[]>
   /**
    * Overrides a block's `limit` fleet-wide (stored in Redis; every instance
    * applies it within its next poll), for every caller or one. Logged.

@@ -3,6 +3,18 @@ export function isThenable (value: unknown): value is PromiseLike<unknown> {
   return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as { then?: unknown }).then === 'function'
 }
 
+/**
+ * For functions that must answer synchronously (a `cost` function, `refundOn`,
+ * `replyBuilder`): whether one returned a thenable instead, whose rejection is
+ * then handled here so it never goes unhandled. The caller treats the value as
+ * unusable and never waits for it.
+ */
+export function strayThenable (value: unknown): boolean {
+  if (!isThenable(value)) return false
+  Promise.resolve(value).catch(() => {})
+  return true
+}
+
 /** How an awaited user function ended: its value, or why there is none (a rejection or an overrun). */
 export type Outcome = { ok: true, value: unknown } | { ok: false, error: unknown }
 

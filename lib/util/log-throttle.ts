@@ -29,8 +29,11 @@ export class BurstLogger {
       this.#suppressed++
       return
     }
-    log.warn({ ...fields, suppressed: this.#suppressed }, message)
     this.#lastAt = now
+    // Reporting never throws into the path that reports: a logger that throws loses this line, not the request.
+    try {
+      log.warn({ ...fields, suppressed: this.#suppressed }, message)
+    } catch {}
     this.#suppressed = 0
   }
 }

@@ -11,26 +11,13 @@
  * resolves to this tree's lib/.
  */
 import { test } from 'tap'
-import { readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
-import { fileURLToPath, pathToFileURL } from 'node:url'
 import { join } from 'node:path'
 import ts from 'typescript'
-import { freePort, spawnOwned, tempDir } from '../helpers/processes.js'
+import { blockModule, entry, root, tsBlocks } from '../helpers/doc-blocks.js'
+import { freePort, spawnOwned } from '../helpers/processes.js'
 import { startRedisServer } from '../helpers/redis.js'
 
-const root = fileURLToPath(new URL('../..', import.meta.url))
-const entry = join(root, 'lib', 'index.ts')
-// The README first: its first block is the Quick Start.
-const documents = ['README.md', ...readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).sort().map((name) => `docs/${name}`)]
-
-interface Block { file: string, line: number, code: string }
-const blocks: Block[] = []
-for (const file of documents) {
-  const text = readFileSync(join(root, file), 'utf8')
-  for (const match of text.matchAll(/^```ts\n([\s\S]*?)^```$/gm)) {
-    blocks.push({ file, line: text.slice(0, match.index).split('\n').length, code: match[1] as string })
-  }
-}
+const blocks = tsBlocks()
 
 test('every ```ts block of README.md and docs/*.md type-checks under strict', async (t) => {
   t.ok(blocks.length >= 7, `${blocks.length} blocks`)
@@ -63,12 +50,7 @@ test('the Quick Start runs as copied: routes answer with their limits against a 
   t.match(quickStart.code, /await app\.listen/, 'the first block is the Quick Start')
   const server = await startRedisServer()
   t.teardown(async () => { await server.stop() })
-  // Its own directory (an ESM package that sees this project's node_modules), the package resolved to lib/.
-  const dir = tempDir('readme')
-  symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'), 'dir')
-  writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n')
-  const file = join(dir, 'quick-start.ts')
-  writeFileSync(file, quickStart.code.replace(/from 'fastify-redis-rate-limit'/, `from '${pathToFileURL(entry).href}'`))
+  const file = blockModule('quick-start', quickStart.code)
   const port = await freePort()
   const child = spawnOwned(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, REDIS_URL: server.url, PORT: String(port) }, stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''

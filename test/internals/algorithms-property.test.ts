@@ -144,8 +144,9 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
     const limit = Math.min(drawn, max)
     const burst = Math.min(drawnBurst, max)
     const params = { limit, windowMs, burst: hasBurst ? burst : limit }
-    // forced charges where a settle may be declared: not sliding-log, and an overdraft that stays exact
-    const forcible = algorithm !== 'sliding-log' && 2 * Math.max(params.limit, params.burst) * windowMs <= Number.MAX_SAFE_INTEGER
+    // forced charges where a settle may be declared: not sliding-log, and an overdraft that stays
+    // exact; sliding-window's rule is exact for any overdraft (adjust reaches every block)
+    const forcible = algorithm === 'sliding-window' || (algorithm !== 'sliding-log' && 2 * Math.max(params.limit, params.burst) * windowMs <= Number.MAX_SAFE_INTEGER)
     // gaps on the scales that matter: same ms, a few ms, one emission interval, a window, several windows
     const interval = Math.ceil(windowMs / limit) + 2
     let now = start
@@ -233,10 +234,10 @@ function checkTtl (calls: string[], ttlMs: number, now: number, expiresAt: numbe
  */
 function forcedStep (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, cost: number, now: number, row: Row, current: unknown, stale: unknown, expiresAt: number | undefined, at: string): { state: unknown, ttlMs: number, staleState: unknown } {
   assert.equal(row[0], 1, `${at}: a forced charge always applies`)
-  const charged = model.charge?.(freeze(current), params, cost, now, 0)
+  const charged = model.charge?.(freeze(current), params, cost, now)
   assert.ok(charged !== undefined && charged.state !== undefined, `${at}: the model charges`)
   checkTtl(row[5] === '' ? [] : row[5].split(','), charged.ttlMs, now, expiresAt, at)
-  return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now, 0)?.state }
+  return { state: charged.state, ttlMs: charged.ttlMs, staleState: model.charge?.(freeze(stale), params, cost, now)?.state }
 }
 
 test('Lua scripts and the memory model agree on random sequences', async (t) => {
@@ -352,4 +353,188 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
       if (algorithm !== 'sliding-log') t.ok(tally.forced > NUM_RUNS / 2, `${tally.forced} charges without deciding (overdrafts among them)`)
     })
   }
+})
+
+/**
+ * The sliding-window rule itself, in BigInt, as the oracle: a request of `cost` at `t` is admitted
+ * iff cur + cost <= limit and prev × (W − e) <= (limit − cur − cost) × W (e: ms into t's window).
+ * Every number of a decision follows from it by search, not by formula: remaining is the most units
+ * it admits now, retryAfterMs the first ms it admits the request, nextMs the first it admits one unit
+ * more than remaining, resetMs the first it admits the whole limit.
+ */
+interface Counts { idx: bigint, cur: number, prev: number }
+
+const windowOf = (t: number, w: number): bigint => BigInt(t) / BigInt(w)
+
+function countsAt (state: Counts | undefined, t: number, w: number): [number, number] {
+  const idx = windowOf(t, w)
+  if (state === undefined) return [0, 0]
+  if (state.idx === idx) return [state.cur, state.prev]
+  return state.idx === idx - 1n ? [0, state.cur] : [0, 0]
+}
+
+function ruleAdmits (state: Counts | undefined, limit: number, w: number, units: number, t: number): boolean {
+  const [cur, prev] = countsAt(state, t, w)
+  const e = BigInt(t) - windowOf(t, w) * BigInt(w)
+  return cur + units <= limit && BigInt(prev) * (BigInt(w) - e) <= BigInt(limit - cur - units) * BigInt(w)
+}
+
+/** The first ms from `from` at which the rule admits `units` (within a window it admits from some ms on; two windows on, everything is zero). */
+function firstAdmitted (state: Counts | undefined, limit: number, w: number, units: number, from: number): number {
+  const first = Number(windowOf(from, w)) * w
+  for (let j = 0; j < 3; j++) {
+    let lo = j === 0 ? from : first + j * w
+    let hi = first + (j + 1) * w - 1
+    if (!ruleAdmits(state, limit, w, units, hi)) continue
+    while (lo < hi) {
+      const mid = Math.floor((lo + hi) / 2)
+      if (ruleAdmits(state, limit, w, units, mid)) hi = mid
+      else lo = mid + 1
+    }
+    return lo
+  }
+  throw new Error(`${units} units never admitted`)
+}
+
+/** The most units the rule admits at `t` (0 when not even none fits: an overdraft). */
+function mostAdmitted (state: Counts | undefined, limit: number, w: number, t: number): number {
+  if (!ruleAdmits(state, limit, w, 0, t)) return 0
+  let lo = 0
+  let hi = limit
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2)
+    if (ruleAdmits(state, limit, w, mid, t)) lo = mid
+    else hi = mid - 1
+  }
+  return lo
+}
+
+function ruleStep (state: Counts | undefined, limit: number, w: number, cost: number, t: number): { decision: RawDecision, state: Counts | undefined } {
+  const allowed = ruleAdmits(state, limit, w, cost, t)
+  const [cur, prev] = countsAt(state, t, w)
+  const after = allowed ? { idx: windowOf(t, w), cur: cur + cost, prev } : state
+  const remaining = mostAdmitted(after, limit, w, t)
+  const wait = (units: number): number => firstAdmitted(after, limit, w, units, t) - t
+  const retryAfterMs = allowed ? 0 : cost > limit ? w : wait(cost)
+  return { decision: { allowed, remaining, resetMs: wait(limit), retryAfterMs, nextMs: remaining >= limit ? 0 : wait(remaining + 1) }, state: after }
+}
+
+/** A charge without deciding (settle, adjust): to the current window, kept up to twice the limit. */
+function ruleCharge (state: Counts | undefined, limit: number, w: number, cost: number, t: number): Counts {
+  const [cur, prev] = countsAt(state, t, w)
+  return { idx: windowOf(t, w), cur: Math.min(2 * limit, cur + cost), prev }
+}
+
+const asCounts = (state: unknown): Counts | undefined => {
+  if (state === undefined) return undefined
+  const { idx, cur, prev } = state as { idx: number, cur: number, prev: number }
+  return { idx: BigInt(idx), cur, prev }
+}
+
+test('sliding-window: the Lua and the model answer what the exact rule answers, at window boundaries', async (t) => {
+  const server = await getRedis()
+  const client = createClient(server)
+  t.teardown(async () => { await client.quit() })
+  const prefix = uniquePrefix('swrule')
+  const model = memoryAlgorithms['sliding-window']
+  const tally = { steps: 0, boundary: 0, refused: 0, probed: 0, overdrawn: 0, widest: 0, wideOverdrawn: 0 }
+  let run = 0
+
+  const arbitrary = fc.record({
+    // limits 1–5, and now and then the largest the window takes (limit × W just below 2^53 for long windows)
+    limit: fc.oneof({ weight: 9, arbitrary: fc.integer({ min: 1, max: 5 }) }, { weight: 1, arbitrary: fc.constant(0) }),
+    windowMs: fc.oneof(
+      fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 10_000 }), fc.constant(10_000), fc.constant(60_000),
+      fc.constant(DAY_MS), fc.integer({ min: DAY_MS, max: MAX_WINDOW_MS }), fc.constant(MAX_WINDOW_MS)
+    ),
+    first: fc.integer({ min: 1, max: 100_000 }),
+    moves: fc.array(fc.record({
+      kind: fc.integer({ min: 0, max: 3 }),
+      delta: fc.integer({ min: -3, max: 3 }),
+      gap: fc.nat(),
+      cost: fc.nat(),
+      force: fc.integer({ min: 0, max: 5 })
+    }), { minLength: 1, maxLength: MAX_STEPS, size: 'max' })
+  }).map(({ limit: drawn, windowMs: w, first, moves }) => {
+    const limit = drawn === 0 ? maxLimitFor('sliding-window', w) : drawn
+    // start just before a boundary; then to the next boundary ± 3 ms, a few ms on, the window's last ms, or anywhere within two windows
+    let now = first * w - 2
+    const steps = moves.map(({ kind, delta, gap, cost, force }): Step => {
+      const next = (Math.floor(now / w) + 1) * w
+      const to = [next + delta, now + gap % 4, next - 1 - gap % 3, now + gap % (2 * w + 1)][kind] as number
+      now = Math.max(now, to)
+      // costs 1 to limit + 1 (above the capacity now and then); for the largest limits, any size
+      const units = 1 + cost % (limit + 1)
+      return force === 0 ? { now, cost: units, force: true } : { now, cost: units }
+    })
+    return { limit, w, steps }
+  })
+
+  // Always run: an overdraft of twice the largest limit, so prev × W is beyond 2^53 in the next
+  // window, decided at its start, half way, and its last ms (the rule admits again near its end).
+  const overdrawn = (w: number): { limit: number, w: number, steps: Step[] } => {
+    const limit = maxLimitFor('sliding-window', w)
+    const start = 60 * w
+    const next = start + w
+    return {
+      limit,
+      w,
+      steps: [
+        { now: start + 5, cost: limit, force: true }, { now: start + 6, cost: limit, force: true },
+        { now: next, cost: 1 }, { now: next + Math.floor(w / 2), cost: 1 }, { now: next + w - 1, cost: 1 }, { now: next + w - 1, cost: limit }
+      ]
+    }
+  }
+  const examples = [[overdrawn(MAX_WINDOW_MS)], [overdrawn(DAY_MS)], [overdrawn(MAX_WINDOW_MS - 7)]] as Array<[{ limit: number, w: number, steps: Step[] }]>
+
+  await fc.assert(fc.asyncProperty(arbitrary, async ({ limit, w, steps }) => {
+    const tag = `${prefix}:{${run++}}`
+    const args: Array<number | string> = [limit, w, limit, limit]
+    for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
+    const rows = await client.eval(harnesses['sliding-window'], 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
+    const params = { limit, windowMs: w, burst: limit }
+    let state: Counts | undefined
+    steps.forEach(({ now, cost, force }, i) => {
+      const row = rows[i] as Row
+      const at = `limit ${limit}, W ${w}, step ${i} (cost ${cost}${force === true ? ', forced' : ''} at ${now % w} ms into window ${Math.floor(now / w)})`
+      const [, prev] = countsAt(state, now, w)
+      if (prev > limit) tally.overdrawn++
+      if (BigInt(prev) * BigInt(w) > 2n ** 53n) tally.wideOverdrawn++
+      if (force === true) {
+        assert.equal(row[0], 1, `${at}: a forced charge always applies`)
+        const charged = model.charge?.(freeze(state === undefined ? undefined : { ...state, idx: Number(state.idx) }), params, cost, now)
+        state = ruleCharge(state, limit, w, cost, now)
+        assert.deepEqual(asCounts(charged?.state), state, `${at}: the model charges as the rule does`)
+        return
+      }
+      const expected = ruleStep(state, limit, w, cost, now)
+      const m = model.step(freeze(state === undefined ? undefined : { ...state, idx: Number(state.idx) }), params, cost, now)
+      assert.deepEqual(fromLua(row), expected.decision, `${at}: the Lua answers the rule's numbers`)
+      assert.deepEqual(m.decision, expected.decision, `${at}: the model answers the rule's numbers`)
+      tally.steps++
+      const e = now % w
+      if (e < 3 || e >= w - 3) tally.boundary++
+      if (limit * w > 2 ** 52) tally.widest++
+      if (!expected.decision.allowed) {
+        tally.refused++
+        if (cost <= limit) {
+          // the Lua itself, on a copy of the state: refused 1 ms before retryAfterMs, admitted at it
+          tally.probed++
+          const [early, due] = row.slice(6) as Lua5[]
+          const retry = now + expected.decision.retryAfterMs
+          assert.equal(fromLua(early as Lua5).allowed, false, `${at}: refused at retryAfterMs - 1`)
+          assert.equal(fromLua(due as Lua5).allowed, true, `${at}: admitted at retryAfterMs`)
+          assert.deepEqual(fromLua(early as Lua5), ruleStep(state, limit, w, cost, retry - 1).decision, `${at}: the probe before is the rule's`)
+          assert.deepEqual(fromLua(due as Lua5), ruleStep(state, limit, w, cost, retry).decision, `${at}: the probe at it is the rule's`)
+        }
+      }
+      state = expected.state
+    })
+  }), { numRuns: NUM_RUNS, examples })
+  t.pass(`${NUM_RUNS} histories, ${tally.steps} decisions (${tally.boundary} within 3 ms of a boundary, ${tally.widest} with limit × W above 2^52), ${tally.refused} refused, ${tally.probed} probed, ${tally.overdrawn} on an overdrawn previous window, ${tally.wideOverdrawn} with prev × W above 2^53`)
+  t.ok(tally.boundary > NUM_RUNS, 'decisions at window boundaries')
+  t.ok(tally.probed > NUM_RUNS, 'retryAfterMs probed on the Lua')
+  t.ok(tally.overdrawn > NUM_RUNS / 10, 'overdrawn previous windows (up to twice the limit)')
+  t.ok(tally.widest > NUM_RUNS / 10, 'limit × W near 2^53')
+  t.ok(tally.wideOverdrawn >= 12, 'previous windows overdrawn beyond what a double holds exactly when multiplied by W')
 })

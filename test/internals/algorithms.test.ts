@@ -148,23 +148,25 @@ test('algorithms on lua and memory', async (t) => {
         const key = newKey('sw')
         const p = params(10)
         const a = 'sliding-window'
-        await step(a, key, p, 1, B + 1000, [true, 9, W + 1 - 1000, 0])
+        // resetMs: a count weighs at least 1 until its window has left the trailing window, two boundaries on
+        await step(a, key, p, 1, B + 1000, [true, 9, 2 * W - 1000, 0])
         for (let i = 1; i < 10; i++) await step(a, key, p, 1, B + 1000, [true, 9 - i])
-        // the 11th: only in the next window, when floor(10 * (W - e) / W) <= 9, i.e. e >= 1
-        await step(a, key, p, 1, B + 1000, [false, 0, undefined, W - 1000 + 1])
-        await step(a, key, p, 1, B + W, [false, 0, undefined, 1], 'window start: estimate still 10')
-        // 50% into the next window: estimate = floor(10 * 0.5) = 5, so exactly 5 more
+        // the 11th: only in the next window, when 10 * (W - e) <= 9 * W, i.e. e >= W / 10
+        await step(a, key, p, 1, B + 1000, [false, 0, undefined, W - 1000 + 6000])
+        await step(a, key, p, 1, B + W, [false, 0, undefined, 6000], 'window start: estimate still 10')
+        // 50% into the next window: estimate = ceil(10 * 0.5) = 5, so exactly 5 more
         const mid = B + W + W / 2
         for (let i = 0; i < 5; i++) await step(a, key, p, 1, mid, [true, 4 - i, undefined, 0], '50% elapsed')
-        // cur 5, prev 10: floor(10 * (W - e) / W) <= 4 once e >= W / 2 + 1
-        await step(a, key, p, 1, mid, [false, 0, undefined, 1], '6th at 50%')
-        await step(a, key, p, 1, mid + 1, [true, 0, undefined, 0], 'estimate decayed by one')
-        // cur 6: floor(10 * (W - e) / W) <= 3 once e >= 36001
-        await step(a, key, p, 1, mid + 1, [false, 0, undefined, 6000])
-        await step(a, key, p, 1, mid + 6000, [false, 0, undefined, 1], 'retryAfter - 1 ms')
-        await step(a, key, p, 1, mid + 6001, [true, 0, undefined, 0], 'retryAfter')
+        // cur 5, prev 10: 10 * (W - e) <= 4 * W once e >= 0.6 W = 36000
+        await step(a, key, p, 1, mid, [false, 0, undefined, 6000], '6th at 50%')
+        await step(a, key, p, 1, mid + 5999, [false, 0, undefined, 1], 'retryAfter - 1 ms')
+        await step(a, key, p, 1, mid + 6000, [true, 0, undefined, 0], 'retryAfter: the estimate has decayed by one')
+        // cur 6: 10 * (W - e) <= 3 * W once e >= 42000
+        await step(a, key, p, 1, mid + 6000, [false, 0, undefined, 6000])
+        await step(a, key, p, 1, mid + 11_999, [false, 0, undefined, 1], 'retryAfter - 1 ms')
+        await step(a, key, p, 1, mid + 12_000, [true, 0, undefined, 0], 'retryAfter')
         // two windows later everything is forgotten
-        await step(a, key, p, 1, B + 3 * W + 5, [true, 9, W + 1 - 5, 0])
+        await step(a, key, p, 1, B + 3 * W + 5, [true, 9, 2 * W - 5, 0])
       })
 
       await t.test('sliding-window: cost > 1, cost > limit, reset', async (t) => {
@@ -175,11 +177,11 @@ test('algorithms on lua and memory', async (t) => {
         await step(a, key, p, 11, B + 2000, [false, 10, 0, W], 'cost > limit on a fresh key')
         await step(a, key, p, 4, B + 2000, [true, 6])
         await step(a, key, p, 4, B + 2000, [true, 2])
-        // cur 8, prev 0: only the next window helps: floor(8 * (W - e) / W) <= 6 once e >= W - floor((7W - 1) / 8) = 7501
-        await step(a, key, p, 4, B + 2000, [false, 2, undefined, W - 2000 + 7501])
+        // cur 8, prev 0: only the next window helps: 8 * (W - e) <= 6 * W once e >= W / 4 = 15000
+        await step(a, key, p, 4, B + 2000, [false, 2, undefined, W - 2000 + 15_000])
         await step(a, key, p, 2, B + 2000, [true, 0])
-        // cur 10: quota fully restored when floor(10 * (W - e) / W) = 0 in the next window, e >= W - 5999
-        await step(a, key, p, 11, B + 3000, [false, 0, W - 3000 + W - 5999, W])
+        // cur 10: quota fully restored when this window has left the trailing window, two boundaries on
+        await step(a, key, p, 11, B + 3000, [false, 0, 2 * W - 3000, W])
       })
 
       await t.test('sliding-log: exact trailing window and retryAfter', async (t) => {

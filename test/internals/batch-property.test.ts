@@ -63,20 +63,21 @@ const decision = fc.record({
   kind: fc.constantFrom<'charge' | 'peek' | 'refund' | 'adjust'>('charge', 'charge', 'charge', 'peek', 'refund', 'adjust'),
   identity: fc.integer({ min: 0, max: 1 }),
   costs: fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 3, maxLength: 3 }),
-  // signed adjustments (settle, adjust): charges past the limit (overdrafts) and give-backs
+  // signed adjustments (settle, adjust): charges past the limit (overdrafts) and give-backs,
+  // of units charged `elapsed` ms ago (none: adjust()'s change, made now)
   units: fc.array(fc.integer({ min: -4, max: 6 }), { minLength: 3, maxLength: 3 }),
-  elapsed: fc.integer({ min: 0, max: 10_000 })
+  elapsed: fc.option(fc.integer({ min: 0, max: 10_000 }), { nil: undefined, freq: 4 })
 })
 
-/** Per block a signed change of usage, spent `elapsedMs` ago (refundOn's entries: minus each cost). */
-function adjustments (runs: readonly BlockRun[], keys: readonly string[], units: readonly number[], elapsedMs: number): Adjustment[] {
-  return runs.map((run, i) => ({ kind: 'units', run, key: keys[i] as string, units: units[i] as number, elapsedMs }))
+/** Per block a signed change of usage, of units charged at `chargedAt` (refundOn's entries: minus each cost). */
+function adjustments (runs: readonly BlockRun[], keys: readonly string[], units: readonly number[], chargedAt: number | undefined): Adjustment[] {
+  return runs.map((run, i): Adjustment => ({ kind: 'units', run, key: keys[i] as string, units: units[i] as number, chargedAt }))
 }
 
-/** What a refund or adjust step sends. */
-function entriesOf (d: { kind: string, costs: number[], units: number[], elapsed: number }, runs: readonly BlockRun[], keys: readonly string[]): Adjustment[] {
+/** What a refund or adjust step sends at `now`. */
+function entriesOf (d: { kind: string, costs: number[], units: number[], elapsed: number | undefined }, runs: readonly BlockRun[], keys: readonly string[], now: number): Adjustment[] {
   const units = d.kind === 'refund' ? d.costs.slice(0, runs.length).map((cost) => -cost) : d.units.slice(0, runs.length)
-  return adjustments(runs, keys, units, d.elapsed)
+  return adjustments(runs, keys, units, d.elapsed === undefined ? undefined : now - d.elapsed)
 }
 
 const scenario = fc.record({
@@ -118,8 +119,11 @@ test('property: the batch script decides like the memory store, penalties includ
         const pending = step.decisions.map(async (d) => {
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
-          if (d.kind === 'refund' || d.kind === 'adjust') return await redisStore.adjust(entriesOf(d, runs, keys))
-          return await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
+          if (d.kind === 'refund' || d.kind === 'adjust') return await redisStore.adjust(entriesOf(d, runs, keys, clock.now))
+          const decided = await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
+          // the script's now comes back with its call
+          if (decided.at !== clock.now) throw new Error(`run ${run} step ${s}: the call replied now ${decided.at}, sent ${clock.now}`)
+          return decided.decisions
         })
         const actual = await Promise.all(pending)
         if (step.decisions.length > 1) batched++
@@ -127,7 +131,7 @@ test('property: the batch script decides like the memory store, penalties includ
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
           const expected = d.kind === 'refund' || d.kind === 'adjust'
-            ? model.adjustNow(entriesOf(d, runs, keys))
+            ? model.adjustNow(entriesOf(d, runs, keys, clock.now))
             : model.decideNow({ runs, keys, costs }, d.kind as DecideMode)
           const got = actual[j]
           const normal = (list: unknown): unknown => Array.isArray(list) ? list.map((x) => typeof x === 'object' && x !== null ? { ...(x as RawDecision), penalized: (x as RawDecision).penalized === true } : x) : list

@@ -25,6 +25,7 @@ const RUNTIME_EXPORTS = [
 
 /** The error codes and process warnings of the `errors` namespace. */
 const ERROR_EXPORTS = [
+  'FST_RRL_AMBIGUOUS_TARGET',
   'FST_RRL_BAD_SCRIPT_REPLY',
   'FST_RRL_BANNED',
   'FST_RRL_EVICTION_POLICY',
@@ -84,8 +85,10 @@ const TYPE_EXPORTS = [
   'RateLimitPolicyDecision',
   'RateLimitRefusal',
   'RateLimitReply',
+  'RateLimitRouteTarget',
   'RateLimitSlot',
   'RateLimitStats',
+  'RateLimitTarget',
   'RateLimitWeekday',
   'RateLimitWindowBlock',
   'RedisClientLike',

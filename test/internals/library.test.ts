@@ -36,7 +36,7 @@ const run = fc.record({
 /** A call on key numbers (0…3): a decision or peek of 1-2 blocks, or a signed adjustment of one. */
 const call = fc.oneof(
   fc.record({ kind: fc.constant('decide' as const), blocks: fc.array(fc.tuple(fc.nat(3), fc.integer({ min: 1, max: 3 })), { minLength: 1, maxLength: 2 }), peek: fc.boolean() }),
-  fc.record({ kind: fc.constant('adjust' as const), key: fc.nat(3), units: fc.integer({ min: -2, max: 2 }).filter((n) => n !== 0), elapsedMs: fc.nat(3000) })
+  fc.record({ kind: fc.constant('adjust' as const), key: fc.nat(3), units: fc.integer({ min: -2, max: 2 }).filter((n) => n !== 0), chargedAgoMs: fc.option(fc.nat(3000), { nil: undefined }) })
 )
 /** One charge of one block alone: what the lone functions take (when its block has no penalty). */
 const straight = fc.record({ kind: fc.constant('decide' as const), blocks: fc.tuple(fc.tuple(fc.nat(3), fc.integer({ min: 1, max: 3 }))), peek: fc.constant(false) })
@@ -59,10 +59,10 @@ async function sameState (admin: Redis, a: string, b: string): Promise<boolean> 
 
 type Call = typeof call extends fc.Arbitrary<infer T> ? T : never
 
-/** The store's encoding of a generated call, on keys under `side`; each generated block on key n uses route run n. */
-function encode (c: Call, runs: readonly BlockRun[], side: string): EncodedCall {
+/** The store's encoding of a generated call at `now`, on keys under `side`; each generated block on key n uses route run n. */
+function encode (c: Call, runs: readonly BlockRun[], side: string, now: number): EncodedCall {
   const key = (n: number): string => `${side}:{k}:${n}`
-  if (c.kind === 'adjust') return adjustCall([{ kind: 'units', run: runs[c.key] as BlockRun, key: key(c.key), units: c.units, elapsedMs: c.elapsedMs }], noop, noop)
+  if (c.kind === 'adjust') return adjustCall([{ kind: 'units', run: runs[c.key] as BlockRun, key: key(c.key), units: c.units, chargedAt: c.chargedAgoMs === undefined ? undefined : now - c.chargedAgoMs }], noop, noop)
   const blocks = c.blocks.filter(([n], i) => c.blocks.findIndex(([m]) => m === n) === i)
   return decideCall({ runs: blocks.map(([n]) => runs[n] as BlockRun), keys: blocks.map(([n]) => key(n)), costs: blocks.map(([, cost]) => cost) }, c.peek ? 'peek' : 'charge', noop, noop)
 }
@@ -82,8 +82,8 @@ test('FCALL of the library answers as EVALSHA of the scripts, batch and lone, st
     let now = 1_900_000_000_000
     for (const { advanceMs, calls } of steps) {
       now += advanceMs
-      const viaScript = calls.map((c) => encode(c, runs, a))
-      const viaFunction = calls.map((c) => encode(c, runs, b))
+      const viaScript = calls.map((c) => encode(c, runs, a, now))
+      const viaFunction = calls.map((c) => encode(c, runs, b, now))
       const single = frameLone(viaScript, now)
       const [scripted, called] = single === undefined
         ? [await admin.evalsha(batch.sha, ...frameBatch(viaScript, now) as [number]), await admin.call('FCALL', library.batch, ...frameBatch(viaFunction, now).map(String))]
@@ -130,7 +130,8 @@ test('splitBatchReply reads the compact reply: five values per block (an admitte
   await admin.hset('s:{k}:bad', 'not', 'a state')
   const now = 1_900_000_000_000
   const reply = await admin.call('FCALL', library.batch, ...frameBatch(calls, now).map(String))
-  const [admitted, refused, failed] = splitBatchReply(calls, reply)
+  const { at, results: [admitted, refused, failed] } = splitBatchReply(calls, reply)
+  t.equal(at, now, 'the call\'s now comes first: the time its charges were made at')
   t.same(admitted, [1, 0, 20_000, 0, 20_000], 'admitted: allowed, remaining, resetMs, retryAfterMs 0 (not sent), nextMs (resetMs and nextMs sent packed in one integer)')
   t.same(refused, [0, 0, 20_000, 20_000, 20_000], 'refused: its retryAfterMs sent')
   t.ok(failed instanceof Error && (failed as { code?: string }).code === 'FST_RRL_SCRIPT_ERROR' && /WRONGTYPE/.test(failed.message), `the bad key's decision alone failed (${String(failed)})`)
@@ -140,14 +141,14 @@ test('splitBatchReply reads the compact reply: five values per block (an admitte
   const mixed = [run, dayRun, run].map((r, i) => decideCall({ runs: [r], keys: [`s:{k}:mixed${i}`], costs: [1] }, 'charge', noop, noop))
   const toEnd = 2 * 86_400_000 - now % (2 * 86_400_000)
   t.ok(toEnd >= 2 ** 26, `the day window's reset (${toEnd} ms) is beyond the packed form`)
-  t.same(splitBatchReply(mixed, await admin.call('FCALL', library.batch, ...frameBatch(mixed, now).map(String))), [
+  t.same(splitBatchReply(mixed, await admin.call('FCALL', library.batch, ...frameBatch(mixed, now).map(String))).results, [
     [1, 0, 20_000, 0, 20_000],
     [1, 4, toEnd, 0, toEnd],
     [1, 0, 20_000, 0, 20_000]
   ], 'each block read in its own form, in order')
-  for (const source of ['return { 7, -1, 7, 1 }', 'return { 7 }', "return { 7, 'x' }", 'return { 6, 1, 2 }', "return { 5, 'x', 1 }", 'return { 5, 1 }']) {
+  for (const source of ['return { 1, 7, -1, 7, 1 }', 'return { 1, 7 }', "return { 1, 7, 'x' }", 'return { 1, 6, 1, 2 }', "return { 1, 5, 'x', 1 }", 'return { 1, 5, 1 }', "return { 'x', 7, 1 }", 'return { 7, 1 }']) {
     const other = await admin.eval(source, 0)
-    const split = splitBatchReply(calls.slice(0, 2), other)
+    const split = splitBatchReply(calls.slice(0, 2), other).results
     t.ok(split.every((r) => r instanceof Error && (r as { code?: string }).code === 'FST_RRL_BAD_SCRIPT_REPLY'), `${source}: every call fails as a bad reply`)
   }
 })

@@ -331,9 +331,9 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(reply[0], 1, `${name}: admitted`)
     await client.del(key)
   }
-  // A lone decision's script: the batch script's straight reply (batch.lua: remaining * 4 + allowed, resetMs,
-  // retryAfterMs unless admitted, nextMs; admitted within PACK ms, remaining * 4 + 3 and resetMs * PACK + nextMs),
-  // or the error text alone.
+  // A lone decision's script: the batch script's reply, `now` first (the time it charged at, from Redis TIME
+  // here), then the straight decision (batch.lua: remaining * 4 + allowed, resetMs, retryAfterMs unless
+  // admitted, nextMs; admitted within PACK ms, remaining * 4 + 3 and resetMs * PACK + nextMs), or the error text alone.
   const lone = loadLoneScripts()
   for (const [i, name] of ALGORITHMS.entries()) {
     const script = lone[i] as LoadedScript
@@ -341,15 +341,20 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     const key = `${prefix}:{lone-${name}}`
     // ARGV: the spec's text (algorithm|limit|windowMs|burst|shadow|penalty), cost, now ('' = Redis TIME)
     const spec = `${i + 1}|5|1000|5||`
-    const reply = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
+    const before = Date.now()
+    const [now, ...reply] = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
+    t.ok(Number.isInteger(now) && Math.abs((now as number) - before) < 1000, `${name} (lone): Redis TIME in ms first (${String(now)})`)
     t.equal(reply.length, 2, `${name} (lone): two numbers when admitted within PACK`)
     t.equal(reply[0], 4 * 4 + 3, `${name} (lone): admitted, 4 left, resetMs and nextMs packed`)
     const resetMs = Math.floor(reply[1] as number / PACK)
-    t.ok(resetMs > 0 && resetMs <= 1000 && (reply[1] as number) % PACK <= 1000, `${name} (lone): resetMs ${resetMs}, nextMs ${(reply[1] as number) % PACK}`)
+    // sliding-window: a count weighs until its window has left the trailing one, up to two windows on
+    // (and nextMs, one unit short of full, is resetMs)
+    const maxReset = name === 'sliding-window' ? 2000 : 1000
+    t.ok(resetMs > 0 && resetMs <= maxReset && (reply[1] as number) % PACK <= maxReset, `${name} (lone): resetMs ${resetMs}, nextMs ${(reply[1] as number) % PACK}`)
     await client.del(key)
     await client.hset(key, 'not', 'a state')
-    const failed = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.equal(failed.length, 1, `${name} (lone): a failing decision answers one value …`)
+    const [, ...failed] = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
+    t.equal(failed.length, 1, `${name} (lone): a failing decision answers one value after now …`)
     t.match(String(failed[0]), /WRONGTYPE/, `${name} (lone): … the error text`)
     await client.del(key)
   }
@@ -361,17 +366,17 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   // one spec (algorithm 1, limit 5, 1000 ms, burst 5, enforced, no penalty; no period), then spec 1 (cost 1).
   const key = `${prefix}:{batch}`
   const batch = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', 1) as unknown[]
-  t.same(batch, [4 * 4 + 3, packed(500, 500)], 'batch: decision 1 ran and admitted, 4 left: two numbers, 500 ms to the window\'s end')
+  t.same(batch, [1500, 4 * 4 + 3, packed(500, 500)], 'batch: now (the injected 1500) first, then decision 1 ran and admitted, 4 left: two numbers, 500 ms to the window\'s end')
   const costly = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|1000|5||', '', -2, 1, 3) as unknown[]
-  t.equal(costly[0], 1 * 4 + 3, 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
+  t.equal(costly[1], 1 * 4 + 3, 'batch: -2, spec, cost charges that cost (3 of the 4 left)')
   await client.del(key)
   // A window of 100,000,000 ms (27.8 h): 99,998,500 ms to its end is beyond PACK, so the three-number form.
   const long = await client.evalsha(buildBatchScript().sha, 1, key, '1500', 1, '1|5|100000000|5||', '', 1) as unknown[]
-  t.same(long, [4 * 4 + 1, 99_998_500, 99_998_500], 'batch: admitted beyond PACK: remaining * 4 + 1, resetMs, nextMs')
+  t.same(long, [1500, 4 * 4 + 1, 99_998_500, 99_998_500], 'batch: admitted beyond PACK: remaining * 4 + 1, resetMs, nextMs')
   await client.del(key)
   // A calendar period's spec: the boundaries 1000:5000:12000:20000 (periods of 4, 7 and 8 s); now picks one.
   const periodKey = `${prefix}:{period}`
-  const at = async (now: number): Promise<unknown[]> => await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, '1|2|1000|2||', '1000:5000:12000:20000', 1) as unknown[]
+  const at = async (now: number): Promise<unknown[]> => (await client.evalsha(buildBatchScript().sha, 1, periodKey, String(now), 1, '1|2|1000|2||', '1000:5000:12000:20000', 1) as unknown[]).slice(1)
   // Per block: remaining * 4 + allowed, resetMs, retryAfterMs unless admitted, nextMs (admitted: packed, see above).
   t.same(await at(4000), [1 * 4 + 3, packed(1000, 1000)], 'the previous period [1000, 5000): 1 s to its end')
   t.same(await readState(client, periodKey), [1000, 1], 'the state names the period by its start')

@@ -56,8 +56,8 @@ test('property: slots in the batch script behave as the memory store\'s', async 
     const call = async (store: MemoryStore | RedisStore, o: { kind: string, identity: number, slot: number }): Promise<unknown> => {
       const slot = `s${o.slot}`
       const request = { runs, keys: keysOf(o.identity), costs: runs.map(() => 1), slot }
-      if (o.kind === 'take') return await store.decide(request, 'charge')
-      if (o.kind === 'peek') return await store.decide(request, 'peek')
+      if (o.kind === 'take') return (await store.decide(request, 'charge')).decisions
+      if (o.kind === 'peek') return (await store.decide(request, 'peek')).decisions
       return await store.adjust(entry(o.kind === 'release' ? 'release' : 'renew', o.identity, slot))
     }
     try {

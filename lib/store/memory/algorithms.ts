@@ -28,16 +28,17 @@ export interface MemoryStep<S> {
 export interface MemoryAlgorithm<S = unknown> {
   step (state: S | undefined, params: BlockParams, cost: number, now: number): MemoryStep<S>
   /**
-   * Gives back `cost` units spent `elapsedMs` ago (refundOn), as the Lua
-   * script's `'2'` mode does. Undefined: nothing to give back (state unchanged);
-   * `state: undefined` with `given`: the state may be dropped.
+   * Gives back `cost` units charged at `chargedAt` (ms, this store's clock;
+   * refundOn, settle, adjust), as the Lua script's `'2'` mode does, to the
+   * window they were charged in. Undefined: nothing to give back (state
+   * unchanged); `state: undefined` with `given`: the state may be dropped.
    */
-  refund?: (state: S | undefined, params: BlockParams, cost: number, now: number, elapsedMs: number) => { state: S | undefined, ttlMs: number } | undefined
+  refund?: (state: S | undefined, params: BlockParams, cost: number, now: number, chargedAt: number) => { state: S | undefined, ttlMs: number } | undefined
   /**
    * Charges `cost` units without deciding (settle, adjust), as the Lua
    * script's mode 3 does: never refused, usage may go over the limit.
    */
-  charge?: (state: S | undefined, params: BlockParams, cost: number, now: number, elapsedMs: number) => { state: S | undefined, ttlMs: number } | undefined
+  charge?: (state: S | undefined, params: BlockParams, cost: number, now: number) => { state: S | undefined, ttlMs: number } | undefined
 }
 
 /** fixed-window state: window index (floor(now / W)) and units consumed in it. Lua: "idx:count". */

@@ -1,7 +1,7 @@
 import type { BlockParams, RawDecision } from '../algorithms.js'
 import { periodAt } from '../periods.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Penalty, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
 
@@ -57,9 +57,10 @@ export class MemoryStore implements Store {
     this.#sweeper.unref()
   }
 
-  decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
+  decide (request: StoreRequest, mode: DecideMode): Promise<Decided> {
     try {
-      return Promise.resolve(this.decideNow(request, mode))
+      const at = this.#clock()
+      return Promise.resolve({ decisions: this.decideNow(request, mode, at), at })
     } catch (error) {
       return Promise.reject(error)
     }
@@ -184,14 +185,15 @@ export class MemoryStore implements Store {
 
   #adjustOne (entry: Adjustment, now: number): boolean {
     if (entry.kind !== 'units') return this.#adjustSlot(entry, now)
-    const { run, key, units, elapsedMs } = entry
+    const { run, key, units } = entry
     if (run.algorithm === 'concurrency') return false
     const algorithm = memoryAlgorithms[run.algorithm]
-    const elapsed = Math.max(0, Math.round(elapsedMs))
+    // The charge's time on this store's clock (batch.lua's adjustOne: none is now)
+    const chargedAt = entry.chargedAt ?? now
     const state = this.#read(key, now)
     const changed = units < 0
-      ? algorithm.refund?.(state, paramsAt(run, now), -units, now, elapsed)
-      : units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now, elapsed) : undefined
+      ? algorithm.refund?.(state, paramsAt(run, now), -units, now, chargedAt)
+      : units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now) : undefined
     if (changed === undefined) return false
     if (changed.state === undefined || changed.ttlMs <= 0) this.#entries.delete(key)
     else this.#write(key, changed.state, now + changed.ttlMs)

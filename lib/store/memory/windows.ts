@@ -1,5 +1,5 @@
 import type { MemoryAlgorithm } from './algorithms.js'
-import { decision, idiv } from './math.js'
+import { cdiv, decision, idiv } from './math.js'
 import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
 
 export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
@@ -20,12 +20,13 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
     count = count + cost
     return { decision: decision(true, limit - count, toEnd, 0, toEnd), state: { idx, count }, ttlMs: toEnd }
   },
-  refund (state, { windowMs: w, start }, cost, now, elapsedMs) {
+  refund (state, { windowMs: w, start }, cost, now, chargedAt) {
     now = Math.floor(now)
     const idx = start ?? idiv(now, w)
     const from = start ?? idx * w
     const count = state !== undefined && state.idx === idx ? state.count : 0
-    if (count === 0 || now - elapsedMs < from) return undefined
+    // only while the window the units were charged in is the current one
+    if (count === 0 || chargedAt < from || chargedAt >= from + w) return undefined
     return { state: { idx, count: Math.max(0, count - cost) }, ttlMs: from + w - now }
   },
   charge (state, { limit, windowMs: w, start }, cost, now) {
@@ -37,20 +38,19 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
   }
 }
 
-/** ms until a refused `cost` fits: earliest e with floor(prev * (W - e) / W) <= limit - cost - cur (Lua: retryMs). */
+/**
+ * ms until a refused `cost` fits: the earliest e with prev * (W - e) <= (limit - cost - cur) * W,
+ * else in the next window (prev = cur, cur = 0) (Lua: retryMs).
+ */
 function windowRetryMs (cur: number, prev: number, limit: number, cost: number, w: number, elapsed: number): number {
   const room = limit - cost - cur
-  if (room >= 0 && prev > 0) {
-    let e = w - idiv((room + 1) * w - 1, prev)
-    if (e <= elapsed) e = elapsed + 1
+  if (room >= 0) {
+    // refused now with room: prev > 0, and this e is after elapsed
+    const e = w - idiv(room * w, prev)
     if (e < w) return e - elapsed
   }
-  // next window: prev = cur, cur = 0; earliest e with floor(cur * (W - e) / W) <= limit - cost
-  let e = 0
-  if (cur > 0) {
-    e = w - idiv((limit - cost + 1) * w - 1, cur)
-    if (e < 0) e = 0
-  }
+  // next window: earliest e with cur * (W - e) <= (limit - cost) * W; e == W is the window after next
+  const e = cur > 0 ? Math.max(0, w - idiv((limit - cost) * w, cur)) : 0
   return w - elapsed + e
 }
 
@@ -72,15 +72,12 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
     const idx = idiv(now, w)
     const elapsed = now - idx * w
     let [cur, prev] = counts(state, idx)
-    const resetMs = (c: number, p: number): number => {
-      if (c > 0) return (idx + 1) * w + w - idiv(w - 1, c) - now
-      if (p > 0) {
-        const e = w - idiv(w - 1, p)
-        if (e > elapsed) return e - elapsed
-      }
-      return 0
-    }
-    const estimate = idiv(prev * (w - elapsed), w) + cur
+    // full once a count has wholly left the trailing window: it weighs at least 1 until then
+    const resetMs = (c: number, p: number): number => c > 0 ? (idx + 2) * w - now : p > 0 ? (idx + 1) * w - now : 0
+    // The exact rule (scripts/sliding-window.lua): the weighted previous count rounded up.
+    // At or above 2^53 (an overdraft) the product is rounded, and the estimate is still at
+    // least the limit, as the true one is; the decision and `available` (0) are exact.
+    const estimate = cdiv(prev * (w - elapsed), w) + cur
     const available = Math.max(0, limit - estimate)
     if (cost > limit) {
       return { decision: decision(false, available, resetMs(cur, prev), w, windowNextMs(cur, prev, limit, available, w, elapsed)), state: undefined, ttlMs: 0 }
@@ -97,11 +94,12 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
       ttlMs: (idx + 2) * w - now
     }
   },
-  refund (state, { windowMs: w }, cost, now, elapsedMs) {
+  refund (state, { windowMs: w }, cost, now, chargedAt) {
     now = Math.floor(now)
     const idx = idiv(now, w)
     let [cur, prev] = counts(state, idx)
-    const atIdx = idiv(now - elapsedMs, w)
+    // the window the units were charged in: the current or the previous one
+    const atIdx = idiv(chargedAt, w)
     if (atIdx === idx && cur > 0) cur = Math.max(0, cur - cost)
     else if (atIdx === idx - 1 && prev > 0) prev = Math.max(0, prev - cost)
     else return undefined

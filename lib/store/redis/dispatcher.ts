@@ -1,8 +1,9 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
-import { frameBatch, frameLone, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
+import { frameBatch, frameLone, SCRIPT_MODE, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
+import { slotReleases, type SlotAdjustment } from '../port.js'
 import type { ScriptRoute } from './script-route.js'
-import { isFcallRefused, isFunctionMissing, isNoScript, type ClientPort } from './client/port.js'
+import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
 import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
 
@@ -47,6 +48,20 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * store after a timeout. "Function not found" (a restart without persistence,
  * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
  * which also fills the script cache; the library is loaded again behind it.
+ *
+ * A decision given up on (timeout, connection lost, unreadable reply) may
+ * have taken concurrency slots that nobody holds, renews or releases: its copy
+ * written before the timeout is not defused and still runs after a stall. So
+ * every decision failed after it was written has its slots released (a ZREM
+ * of its own slot id: harmless when nothing was taken), at once and again on
+ * its late reply. The release at once is enqueued after the abandoned call was
+ * written, so it is written behind it on the same connection (a Cluster
+ * routes it by the same key) and Redis, which runs one connection's commands
+ * in order, runs it after the call, never before: a release that ran first
+ * would free nothing. The one on the late reply covers what that order does
+ * not (a redirect that moved the call, or every try of the first failing); a
+ * release that is never answered leaves the slot to its lease. A call Redis
+ * refused before running it (BUSY, OOM, a replica, …) took nothing: no release.
  */
 
 /** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
@@ -67,14 +82,25 @@ export interface DispatchOptions {
   coalesce: boolean
   /** The injected test clock (ms), passed to the script instead of Redis TIME. */
   clock: (() => number) | undefined
-  /** Called per script call with its size and the ms from write to reply (or failure). */
+  /** Called per script call with its size and the ms from write to reply (or failure), after its jobs are answered; a throw is dropped. */
   onBatch: ((size: number, latencyMs: number) => void) | undefined
+}
+
+/** Frees slots a failed decision may have taken (Store.adjustSlots: retried). */
+export type ReleaseSlots = (entries: SlotAdjustment[]) => void
+
+/** The slot releases of a call's decisions that charge (a peek or an adjustment takes none). */
+function releasesOf (jobs: readonly BatchJob[]): SlotAdjustment[] {
+  const out: SlotAdjustment[] = []
+  for (const job of jobs) if (job.kind === 'decide' && job.mode === SCRIPT_MODE.charge) out.push(...slotReleases(job))
+  return out
 }
 
 export class Dispatcher {
   readonly #client: ClientPort
   readonly #route: ScriptRoute
   readonly #options: DispatchOptions
+  readonly #releaseSlots: ReleaseSlots
   #queue: BatchJob[] = []
   #scheduled = false
   #pending = 0
@@ -88,10 +114,11 @@ export class Dispatcher {
     for (const call of calls) this.#verdict(call)
   }
 
-  constructor (client: ClientPort, route: ScriptRoute, options: DispatchOptions) {
+  constructor (client: ClientPort, route: ScriptRoute, options: DispatchOptions, releaseSlots: ReleaseSlots) {
     this.#client = client
     this.#route = route
     this.#options = options
+    this.#releaseSlots = releaseSlots
   }
 
   /** Decisions queued or waiting on Redis now. */
@@ -207,18 +234,36 @@ export class Dispatcher {
     this.#listen(call)
   }
 
-  #finish (call: InFlight): void {
+  /** The call's end: its ms from write to reply, for onBatch once its jobs are answered. */
+  #finish (call: InFlight): number {
     call.settled = true
     call.progress.open.delete(call)
     if (call.timer !== undefined) clearTimeout(call.timer)
-    this.#options.onBatch?.(call.jobs.length, performance.now() - call.first.writtenAt)
+    return performance.now() - call.first.writtenAt
   }
 
-  #failAll (call: InFlight, error: unknown): void {
-    this.#finish(call)
+  /** Telemetry after delivery: a throw must not reach the reply's promise (an unhandled rejection); the runtime logs its own. */
+  #measured (call: InFlight, latencyMs: number): void {
+    try {
+      this.#options.onBatch?.(call.jobs.length, latencyMs)
+    } catch {}
+  }
+
+  /** Releases the slots these failed jobs may have taken, when a copy of their call may have run or may still run. */
+  #releaseTaken (call: InFlight, jobs: readonly BatchJob[]): void {
+    if (call.idempotent || !call.current.written) return
+    const entries = releasesOf(jobs)
+    if (entries.length > 0) this.#releaseSlots(entries)
+  }
+
+  /** `ran`: false when Redis refused the call before running it (nothing to release). */
+  #failAll (call: InFlight, error: unknown, ran = true): void {
+    const latencyMs = this.#finish(call)
     // Whatever copy of this call the client writes from now on runs nothing (unless running it twice is harmless).
     if (!call.idempotent) call.current.defuse()
     for (const job of call.jobs) this.#fail(job, error)
+    if (ran) this.#releaseTaken(call, call.jobs)
+    this.#measured(call, latencyMs)
   }
 
   // Expired timers run before the poll phase: let it read replies that have already arrived.
@@ -258,15 +303,24 @@ export class Dispatcher {
   // Any answer shows Redis is alive, also one to a call already abandoned (or its inert resend).
   #onReply (call: InFlight, reply: unknown): void {
     call.progress.lastAt = performance.now()
-    if (call.settled) return
-    this.#finish(call)
-    this.#deliver(call.jobs, reply)
+    if (this.#late(call, true)) return
+    const latencyMs = this.#finish(call)
+    this.#deliver(call, reply)
+    this.#measured(call, latencyMs)
+  }
+
+  /** After the call was given up on: an answer from Redis (`answered`) releases again the slots it may have taken (see the module comment). */
+  #late (call: InFlight, answered: boolean): boolean {
+    if (!call.settled) return false
+    if (answered && call.timedOut) this.#releaseTaken(call, call.jobs)
+    return true
   }
 
   #onError (call: InFlight, error: unknown): void {
     // An error reply came from Redis; a connection error (closed, timed out by the client) did not.
-    if (this.#client.isServerError(error)) call.progress.lastAt = performance.now()
-    if (call.settled) return
+    const answered = this.#client.isServerError(error)
+    if (answered) call.progress.lastAt = performance.now()
+    if (this.#late(call, answered)) return
     // An abandoned call is never retried: its decisions were already answered.
     if (!call.timedOut && call.op !== 'eval' && (isFunctionMissing(error) || isNoScript(error) || isFcallRefused(error))) {
       if (isFcallRefused(error)) this.#route.refuse(error)
@@ -276,20 +330,27 @@ export class Dispatcher {
       this.#listen(call)
       return
     }
-    this.#failAll(call, new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)))
+    // Refused before it ran (busy, out of memory, a replica, …): it took nothing.
+    const refused = answered && (isTransientRefusal(error) || isFunctionMissing(error) || isNoScript(error) || isFcallRefused(error))
+    this.#failAll(call, new FST_RRL_REDIS_UNAVAILABLE(error instanceof Error ? error.message : String(error)), !refused)
   }
 
-  /** Gives each job its share of a batch reply (protocol.ts splits it), or the error it failed with. */
-  #deliver (jobs: readonly BatchJob[], reply: unknown): void {
-    const results = splitBatchReply(jobs, reply)
+  /** Gives each job its share of a batch reply (protocol.ts splits it) and the script's `now`, or the error it failed with (then its slots are released). */
+  #deliver (call: InFlight, reply: unknown): void {
+    const { jobs } = call
+    const { at, results } = splitBatchReply(jobs, reply)
+    let failed: BatchJob[] | undefined
     for (let j = 0; j < jobs.length; j++) {
       const job = jobs[j] as BatchJob
       const result = results[j] as number[] | Error
-      if (result instanceof Error) this.#fail(job, result)
-      else {
+      if (result instanceof Error) {
+        this.#fail(job, result)
+        ;(failed ??= []).push(job)
+      } else {
         this.#pending--
-        job.resolve(result)
+        job.resolve(result, at)
       }
     }
+    if (failed !== undefined) this.#releaseTaken(call, failed)
   }
 }

@@ -37,7 +37,7 @@ export const SPEC_STRIDE = 2
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
 
-/** Values per entry of an adjustment call: kind, spec, units, elapsed ms. */
+/** Values per entry of an adjustment call: kind, spec, units, the charge's time (ms; '' = now). */
 export const ADJUST_STRIDE = 4
 
 /**
@@ -71,9 +71,9 @@ export interface AdjustCall {
 /** One call of a batch: a decision (or peek), or a list of adjustments. */
 export type EncodedCall = DecisionCall | AdjustCall
 
-/** What a call answers to: its reply values, or why it failed. */
+/** What a call answers to: its reply values and the script's `now` (the time it charged at), or why it failed. */
 export interface Settlement {
-  resolve: (values: number[]) => void
+  resolve: (values: number[], at: number) => void
   reject: (error: unknown) => void
 }
 
@@ -142,12 +142,13 @@ function straightRun (call: EncodedCall): BlockRun | undefined {
   return run.penalty === undefined && !isSlotRun(run) ? run : undefined
 }
 
-/** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, elapsed ms). */
+/** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, the charge's time). */
 function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | number>): void {
   out.push(-1, call.entries.length)
   for (const entry of call.entries) {
     // A slot's release ('x') or renewal ('n') carries the slot id where units go.
-    if (entry.kind === 'units') out.push('u', specs.of(entry.run), entry.units, Math.max(0, Math.round(entry.elapsedMs)))
+    // The charge's time as the script's clock gave it ('': a change made now, outside a request).
+    if (entry.kind === 'units') out.push('u', specs.of(entry.run), entry.units, entry.chargedAt ?? '')
     else out.push(entry.kind === 'release' ? 'x' : 'n', specs.of(entry.run), entry.slot, 0)
   }
 }
@@ -158,7 +159,7 @@ function frameAdjust (call: AdjustCall, specs: SpecTable, out: Array<string | nu
  * (one block without a penalty charged 1: most decisions, in one value),
  * `-2, spec, cost` (the same with another cost), `0, n, mode, n × (spec, cost)`
  * (any decision; a concurrency block's cost is the slot id) or `-1, n, n × (kind,
- * spec, units, elapsed)` (adjustments; a slot's release or renewal has the slot id for units).
+ * spec, units, chargedAt)` (adjustments; a slot's release or renewal has the slot id for units).
  */
 export function frameBatch (calls: readonly EncodedCall[], now: number | undefined): Array<string | number> {
   const keys: string[] = []
@@ -232,15 +233,24 @@ function readBlocks (list: readonly unknown[], at: number, blocks: number, value
   return at
 }
 
+/** A batch reply split among its calls: the script's `now`, then per call its values or the error it failed with. */
+export interface SplitReply {
+  at: number
+  results: Array<number[] | Error>
+}
+
 /**
- * Splits a batch reply among its calls, its values or its error text alone
- * each: per call its values (DECISION_STRIDE per block for a decision, one per
- * entry for adjustments), or the error it failed with.
+ * Splits a batch reply (or a lone script's): its first value is the script's
+ * `now`; then its calls' values or error text alone each: per call its values
+ * (DECISION_STRIDE per block for a decision, one per entry for adjustments),
+ * or the error it failed with.
  */
-export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): Array<number[] | Error> {
+export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): SplitReply {
   const out: Array<number[] | Error> = []
   const list = Array.isArray(reply) ? reply as unknown[] : []
-  let at = 0
+  const now = list[0]
+  if (!Number.isInteger(now)) return { at: 0, results: calls.map(() => new FST_RRL_BAD_SCRIPT_REPLY()) }
+  let at = 1
   for (const call of calls) {
     if (typeof list[at] === 'string') {
       out.push(new FST_RRL_SCRIPT_ERROR(list[at] as string))
@@ -256,11 +266,11 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
     if (at < 0) {
       // The rest cannot be located either.
       while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
-      return out
+      break
     }
     out.push(values)
   }
-  return out
+  return { at: now as number, results: out }
 }
 
 /** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, or 2 for a penalty. */

@@ -12,7 +12,7 @@ export interface LoadedScript {
  * The script registry: every script is assembled from the Lua files in
  * scripts/ and hashed once. `prelude.lua` (integer division, the clock) comes
  * first; each algorithm file is a chunk that returns its function of numbers
- * (key, limit, w, burst, cost, now, mode, elapsed), returning its decision as
+ * (key, limit, w, burst, cost, now, mode, chargedAt), returning its decision as
  * several values (no table); `multi.lua`, `penalty.lua` and `batch.lua` are the drivers.
  * The stride constants come from protocol.ts, their one definition.
  *
@@ -97,23 +97,25 @@ function header (what: string, sources: ScriptSources): string {
 ${prelude(sources)}`
 }
 
-/** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }). */
+/** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }; ARGV[7] the charge's time, default now). */
 const STANDALONE_CALL = `local mode = 0
 if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 elseif ARGV[6] == '3' then mode = 3 end
-return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), nowMs(ARGV[5]), mode, tonumber(ARGV[7]) or 0) }
+local now = nowMs(ARGV[5])
+return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now, mode, tonumber(ARGV[7]) or now) }
 `
 
 /**
  * A lone decision's call: `fn` (an algorithm's function) on its spec's numbers
  * (ARGV[1], spec.lua), the cost ('1' read without strtod) and now, replying as
- * the batch script's straight decision does (batch.lua: two, three or four values),
- * or the error text alone.
+ * the batch script does: `now`, then the straight decision's two, three or
+ * four values (batch.lua), or the error text alone.
  */
 export function loneCall (fn: string): string {
-  return `local spec, cost = blockSpec(ARGV[1]), ARGV[2]
-local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), nowMs(ARGV[3]), 0)
-if not ok then return { errorText(a) } end
-out[emit(0, a, r, reset, retry, nextMs) + 1] = nil
+  return `local spec, cost, now = blockSpec(ARGV[1]), ARGV[2], nowMs(ARGV[3])
+local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), now, 0)
+if not ok then return { now, errorText(a) } end
+out[1] = now
+out[emit(1, a, r, reset, retry, nextMs) + 1] = nil
 return out
 `
 }

@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks'
 import { setTimeout as delay } from 'node:timers/promises'
-import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
@@ -9,7 +8,7 @@ import { buildLibrary } from './library.js'
 import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -68,6 +67,7 @@ export class RedisStore implements Store {
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
+  #log: DebugLog | undefined
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
@@ -75,7 +75,14 @@ export class RedisStore implements Store {
     this.#retryMs = Math.max(50, options.timeout)
     const sources = readSources()
     this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
-    this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock })
+    this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock }, (entries) => { this.#releaseAbandoned(entries) })
+  }
+
+  /** The slots of decisions the dispatcher gave up on (dispatcher.ts): nobody holds them; when every try fails the lease reclaims them. */
+  #releaseAbandoned (entries: SlotAdjustment[]): void {
+    this.adjustSlots(entries).catch((error: unknown) => {
+      this.#log?.debug({ cause: (error as Error).message }, 'rate limit: release of an abandoned decision\'s slots failed; the lease reclaims them')
+    })
   }
 
   /** The client, for what is not a decision (runtime overrides). */
@@ -98,10 +105,10 @@ export class RedisStore implements Store {
     return this.#route.functions
   }
 
-  /** Every block of one request, all-or-nothing, in this turn's batch. */
-  decide (request: StoreRequest, mode: DecideMode): Promise<RawDecision[]> {
+  /** Every block of one request, all-or-nothing, in this turn's batch; `at` is the script's `now` (Redis TIME, or the test clock sent). */
+  decide (request: StoreRequest, mode: DecideMode): Promise<Decided> {
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue(decideCall(request, mode, (values) => { resolve(toDecisions(values)) }, reject))
+      this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => { resolve({ decisions: toDecisions(values), at }) }, reject))
     })
   }
 
@@ -153,6 +160,7 @@ export class RedisStore implements Store {
     const client = this.#client
     const deadline = performance.now() + maxWaitMs
     this.#route.useLog(log)
+    this.#log = log
     if (!client.isReady()) await client.whenReady(maxWaitMs)
     if (!client.isReady()) return
     await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { awaitWithin } from '../../../util/await-within.js'
-import { INERT, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
+import { INERT, timeMs, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp, type TimedHash } from './port.js'
 
 /*
  * ioredis (5, 6) and iovalkey (its fork): `Redis` and `Cluster`. A script
@@ -31,10 +31,25 @@ export interface IoRedisLike {
   script: (subcommand: 'LOAD', source: string) => Promise<unknown>
   call: (command: string, ...args: string[]) => Promise<unknown>
   del: (...keys: string[]) => Promise<unknown>
-  hgetall: (key: string) => Promise<Record<string, string>>
   hset: (key: string, field: string, value: string) => Promise<unknown>
   hdel: (key: string, field: string) => Promise<number>
   eval: (source: string, numKeys: number, ...args: string[]) => Promise<unknown>
+  pipeline: () => IoPipelineLike
+}
+
+/** A pipeline: one node (a Cluster sends keyless commands with the keyed ones), written at once. */
+interface IoPipelineLike {
+  time: () => IoPipelineLike
+  hgetall: (key: string) => IoPipelineLike
+  exec: () => Promise<Array<[Error | null, unknown]> | null>
+}
+
+/** The hash and its node's TIME in one pipeline. */
+async function timedHash (client: IoRedisLike, key: string): Promise<TimedHash> {
+  const replies = await client.pipeline().time().hgetall(key).exec()
+  const failed = replies?.find(([error]) => error !== null)?.[0]
+  if (replies === null || failed != null) throw failed ?? new Error('the pipeline was not run')
+  return { timeMs: timeMs(replies[0]?.[1]), fields: toStringMap(replies[1]?.[1]) }
 }
 
 /** An ioredis or iovalkey `Cluster`: the same commands, plus its masters and slot table. */
@@ -110,7 +125,7 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
     isServerError: (error) => (error as { name?: unknown } | null)?.name === 'ReplyError',
     masters: async () => (cluster ? (client as IoClusterLike).nodes('master') : [client]).map(masterPort),
     del: async (keys) => await client.del(...keys),
-    hgetall: async (key) => await client.hgetall(key),
+    timedHash: async (key) => await timedHash(client, key),
     hset: async (key, field, value) => await client.hset(key, field, value),
     hdel: async (key, field) => await client.hdel(key, field),
     eval: async (source, keys, args) => await client.eval(source, keys.length, ...keys, ...args)

@@ -57,12 +57,29 @@ export interface ClientPort {
   /** Every master now (one for standalone and Sentinel). */
   masters: () => Promise<MasterPort[]>
   del: (keys: readonly string[]) => Promise<unknown>
-  hgetall: (key: string) => Promise<Record<string, string>>
+  /**
+   * A hash's fields and the `TIME` of the node that holds it, in one round
+   * trip: a pipeline, not a script, so fleet-record polls never show in
+   * script counts.
+   */
+  timedHash: (key: string) => Promise<TimedHash>
   hset: (key: string, field: string, value: string) => Promise<unknown>
   /** The number of fields removed. */
   hdel: (key: string, field: string) => Promise<number>
   /** A plain EVAL for small admin scripts (overrides' delete-if-same); never defused. */
   eval: (source: string, keys: readonly string[], args: readonly string[]) => Promise<unknown>
+}
+
+export interface TimedHash {
+  /** The node's `TIME` in ms since the epoch. */
+  timeMs: number
+  fields: Map<string, string>
+}
+
+/** A `TIME` reply (seconds and microseconds, as strings or numbers) in ms. */
+export function timeMs (reply: unknown): number {
+  const [seconds, micros] = reply as [unknown, unknown]
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
 }
 
 export function isNoScript (error: unknown): boolean {

@@ -195,29 +195,29 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
   for (const q of stream) {
     if (q.outcome === 'admitted') {
       // Most favourable to admission: only charges certainly before q and certainly kept, at their earliest;
-      // every give-back possibly before q, with the shortest elapsed time.
+      // every give-back possibly before q, charged at its latest.
       const events: ModelEvent[] = []
       for (const r of stream) {
         if (r === q || r.outcome !== 'admitted' || r.hi >= q.lo || resetBetween(r.lo, q.hi, false)) continue
         events.push({ kind: 'charge', at: r.lo, cost: r.r.cost })
-        if (r.end !== undefined && r.delta < 0 && r.end < q.hi) events.push({ kind: 'give-back', at: r.end, units: -r.delta, elapsedMs: Math.max(0, r.end - r.hi) })
-        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end + CHARGE_MS, units: r.delta, elapsedMs: 0 })
+        if (r.end !== undefined && r.delta < 0 && r.end < q.hi) events.push({ kind: 'give-back', at: r.end, units: -r.delta, chargedAt: Math.min(r.hi, r.end) })
+        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end + CHARGE_MS, units: r.delta })
       }
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, false)
       if (!modelAdmits(route, events, q.hi, q.r.cost, limit)) add('admitted-within-model', `${label(q)}: admitted (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) refuses`)
     } else if (q.outcome === 'refused') {
       // Least favourable: every charge possibly before q (degraded and unknown ones too) at its latest,
-      // give-backs only when certainly applied before q, with the longest elapsed time.
+      // give-backs only when certainly applied before q, charged at its earliest.
       const events: ModelEvent[] = []
       for (const r of stream) {
         if (r === q || r.lo >= q.hi || resetBetween(r.hi, q.lo, true)) continue
         if (r.outcome !== 'admitted' && r.outcome !== 'degraded-open' && r.outcome !== 'degraded-closed' && r.outcome !== 'unknown') continue
         events.push({ kind: 'charge', at: Math.min(r.hi, q.lo), cost: r.r.cost })
         if (r.end !== undefined && r.delta < 0 && r.end + GIVE_BACK_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + GIVE_BACK_MS) === undefined) {
-          events.push({ kind: 'give-back', at: r.end + GIVE_BACK_MS, units: -r.delta, elapsedMs: r.end + GIVE_BACK_MS - r.lo })
+          events.push({ kind: 'give-back', at: r.end + GIVE_BACK_MS, units: -r.delta, chargedAt: r.lo })
         }
-        if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS, q.lo), units: r.delta, elapsedMs: 0 })
+        if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS, q.lo), units: r.delta })
       }
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)

@@ -11,8 +11,8 @@ import type { ChaosRoute } from './routes.js'
 
 export type ModelEvent =
   | { kind: 'charge', at: number, cost: number }
-  | { kind: 'give-back', at: number, units: number, elapsedMs: number }
-  | { kind: 'extra', at: number, units: number, elapsedMs: number }
+  | { kind: 'give-back', at: number, units: number, chargedAt: number }
+  | { kind: 'extra', at: number, units: number }
 
 const DAY = 86_400_000
 
@@ -24,7 +24,7 @@ function params (route: ChaosRoute, at: number, limit: number): BlockParams {
 /** A charge the model would refuse, made anyway (sliding-log has no overdraft step: its entries are added). */
 function forced (route: ChaosRoute, state: unknown, p: BlockParams, cost: number, at: number): unknown {
   if (route.algorithm === 'sliding-log') return [...(state as number[] | undefined ?? []), ...new Array<number>(cost).fill(at)].sort((a, b) => a - b)
-  return memoryAlgorithms[route.algorithm as AlgorithmName].charge?.(state, p, cost, at, 0)?.state ?? state
+  return memoryAlgorithms[route.algorithm as AlgorithmName].charge?.(state, p, cost, at)?.state ?? state
 }
 
 /** Whether `cost` would be admitted at `at` after `events` (sorted by time), with `limit` in force. */
@@ -40,10 +40,10 @@ export function modelAdmits (route: ChaosRoute, events: readonly ModelEvent[], a
       if (step.decision.allowed) state = step.state ?? state
       else state = forced(route, state, p, event.cost, event.at)
     } else if (event.kind === 'give-back') {
-      const changed = algorithm.refund?.(state, p, event.units, event.at, event.elapsedMs)
+      const changed = algorithm.refund?.(state, p, event.units, event.at, event.chargedAt)
       if (changed !== undefined) state = changed.state
     } else {
-      const changed = algorithm.charge?.(state, p, event.units, event.at, event.elapsedMs)
+      const changed = algorithm.charge?.(state, p, event.units, event.at)
       if (changed !== undefined) state = changed.state
     }
   }

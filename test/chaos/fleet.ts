@@ -47,6 +47,8 @@ export interface Fleet {
   admin: (node: number) => Redis
   records: ServerRecord[]
   unhandled: string[]
+  /** The first store errors of each cause, per instance process (for reports). */
+  storeErrors: string[]
   command: (inst: number, message: Record<string, unknown>) => Promise<{ ok: boolean, result: unknown, at: number }>
   kill: (inst: number) => void
   start: (inst: number) => Promise<void>
@@ -69,6 +71,7 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
   const prefix = uniquePrefix('chaos')
   const records: ServerRecord[] = []
   const unhandled: string[] = []
+  const storeErrors: string[] = []
   const pending = new Map<number, (reply: { ok: boolean, result: unknown, at: number }) => void>()
   let seq = 0
   const instances: Instance[] = []
@@ -82,6 +85,7 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
     child.on('message', (message: { type: string, seq?: number, ok?: boolean, result?: unknown, at?: number, message?: string } & ServerRecord) => {
       if (message.type === 'record') records.push(message)
       else if (message.type === 'unhandled') unhandled.push(`instance ${inst}: ${message.message ?? ''}`)
+      else if (message.type === 'store-error') storeErrors.push(message.message ?? '')
       else if (message.type === 'reply') pending.get(message.seq as number)?.({ ok: message.ok === true, result: message.result, at: message.at as number })
     })
     await new Promise<void>((resolve, reject) => {
@@ -137,5 +141,5 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
     await stop()
     throw error
   }
-  return { topology, prefix, instances, servers, cluster, admin, records, unhandled, command, kill, start, stop }
+  return { topology, prefix, instances, servers, cluster, admin, records, unhandled, storeErrors, command, kill, start, stop }
 }

@@ -10,6 +10,7 @@
  * its response closes (times from the unskewed clock), `unhandled` for an
  * unhandled rejection or uncaught exception, and replies to commands.
  */
+import diagnostics from 'node:diagnostics_channel'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import Fastify from 'fastify'
 import { Cluster, Redis } from 'ioredis'
@@ -26,6 +27,15 @@ Date.now = () => realNow() + skewMs
 
 process.on('unhandledRejection', (reason) => { send({ type: 'unhandled', message: `unhandledRejection: ${String((reason as Error)?.stack ?? reason)}` }) })
 process.on('uncaughtException', (error) => { send({ type: 'unhandled', message: `uncaughtException: ${String(error.stack ?? error)}` }) })
+
+// The first few store errors of each cause, so a report can say why decisions degraded.
+const seenCauses = new Map<string, number>()
+diagnostics.subscribe('fastify-redis-rate-limit:store-error', (message) => {
+  const { cause, error, route } = message as { cause: string, error: unknown, route: string }
+  const n = (seenCauses.get(cause) ?? 0) + 1
+  seenCauses.set(cause, n)
+  if (n <= 2) send({ type: 'store-error', message: `instance ${config.inst} at ${realNow()}: ${cause} on ${route}: ${String((error as Error)?.message ?? error)}` })
+})
 
 let metricsThrow = false
 const fail = (): void => { if (metricsThrow) throw new Error('chaos: metrics exporter failed') }

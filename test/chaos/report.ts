@@ -22,6 +22,7 @@ export async function runSeed (seed: number, timeSlackMs: number): Promise<SeedR
   if (violations.length > 0) {
     lines.push(`chaos: ${violations.length} violation(s)`, describe(schedule))
     for (const fault of run.faults) if (fault.note !== undefined) lines.push(`  note: ${fault.fault.kind} at +${fault.fault.at}: ${fault.note}`)
+    for (const line of storeErrorLines(run)) lines.push(line)
     const shown = new Map<string, number>()
     for (const v of violations) {
       const n = (shown.get(v.invariant) ?? 0) + 1
@@ -32,6 +33,11 @@ export async function runSeed (seed: number, timeSlackMs: number): Promise<SeedR
     lines.push(`  replay: npm run chaos -- --seed ${seed}`)
   }
   return { seed, run, violations, report: lines.join('\n') }
+}
+
+/** The store errors the instances saw, with times relative to the schedule's start. */
+function storeErrorLines (run: Run): string[] {
+  return run.storeErrors.map((line) => '  store error: ' + line.replace(/ at (\d+):/, (_m, at: string) => ` at +${Number(at) - run.start} ms:`))
 }
 
 /** The tap tests of a list of fixed seeds: any state violation fails its seed, with the report as the message. */

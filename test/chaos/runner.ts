@@ -29,6 +29,8 @@ export interface Run {
   servers: ServerRecord[]
   faults: FaultRecord[]
   unhandled: string[]
+  /** The first store errors of each cause, per instance process. */
+  storeErrors: string[]
   /** Per instance, the wall-clock intervals it was down (killed until ready again). */
   down: Array<Array<[number, number]>>
   /** Fleet-level problems: a fault that threw, a process left behind. */
@@ -99,7 +101,7 @@ export async function runSchedule (schedule: Schedule): Promise<Run> {
     // Records of responses that closed last.
     await new Promise((resolve) => setTimeout(resolve, 100))
     const down = fleet.instances.map((instance) => instance.kills.map((kill, i): [number, number] => [kill, instance.starts[i + 1] ?? Infinity]))
-    return { schedule, start, clients: clientRecords, servers: [...fleet.records], faults: faultRecords, unhandled: [...fleet.unhandled], down, errors }
+    return { schedule, start, clients: clientRecords, servers: [...fleet.records], faults: faultRecords, unhandled: [...fleet.unhandled], storeErrors: [...fleet.storeErrors], down, errors }
   } finally {
     await agent.close().catch(() => {})
     const pids = [...fleet.instances.map((i) => i.child?.pid), ...fleet.servers.map((s) => s.pid)].filter((pid): pid is number => pid !== undefined && pid > 0)

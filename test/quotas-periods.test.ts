@@ -113,7 +113,7 @@ for (const store of STORES) {
     clock.advance(retry * 1000)
     t.equal((await call(app)).statusCode, 200, 'admitted at Retry-After')
     clock.advance(61 * DAY)
-    t.equal((await call(app)).headers.ratelimit, '"plan";r=1;t=' + String(Math.ceil((30 * DAY - clock.now % (30 * DAY) + 1) / 1000)), 'two windows later only the new request counts (it has weight until 1 ms past its window)')
+    t.equal((await call(app)).headers.ratelimit, '"plan";r=1;t=' + String(Math.ceil((60 * DAY - clock.now % (30 * DAY)) / 1000)), 'two windows later only the new request counts (rounded up, it weighs one unit until the next window ends)')
   })
 
   test(`${store}: two instances whose boundary clocks are 2 s apart agree at the boundary; one clock decides`, async (t) => {

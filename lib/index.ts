@@ -6,7 +6,8 @@ import {
   FST_RRL_ROUTES_BEFORE_PLUGIN,
   FST_RRL_TRUST_PROXY_TRUE
 } from './errors.js'
-import { createApi, policyTable, PolicyRegistry } from './api/api.js'
+import { createApi, policyTable } from './api/api.js'
+import { PolicyRegistry } from './api/registry.js'
 import { loadMetrics, TELEMETRY_THREW } from './diagnostics.js'
 import { constraintText, routeLabel } from './keys/constraints.js'
 import { fastifyTrustProxy } from './keys/ip.js'

@@ -4,7 +4,7 @@ import { shown } from '../policy/validate.js'
 import type { PolicySummary, RateLimitApi, RateLimitBan, RateLimitBanInput, RateLimitBanKind } from '../types.js'
 import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from './bans.js'
 import { changeText, shownIdentity, ttlInput } from './inputs.js'
-import type { PolicyRegistry } from './api.js'
+import type { PolicyRegistry } from './registry.js'
 
 /* fastify.rateLimit.ban / unban / listBans, and the routes' ban counts in policies(). */
 

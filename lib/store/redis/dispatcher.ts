@@ -1,11 +1,11 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
-import { frameBatch, frameLone, SCRIPT_MODE, splitBatchReply, type EncodedCall, type Settlement } from './protocol.js'
-import { slotReleases, type SlotAdjustment } from '../port.js'
+import { frameBatch, frameLone, splitBatchReply } from './protocol.js'
+import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
 import { bySlot } from './slots.js'
-import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-flight.js'
+import { isIdempotent, waitMore, type BatchJob, type InFlight, type Progress } from './in-flight.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
@@ -20,19 +20,9 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * most `maxBatch` decisions each). On a Cluster the decisions are grouped by
  * hash tag: every key of one call must live in one slot.
  *
- * The timeout measures Redis, not Node. A saturated process reaches its
- * expired timers before the poll phase that would read replies already
- * waiting in the socket, so a plain timer fails decisions Redis answered in
- * microseconds. Here a call is abandoned only when, after one more poll phase
- * (setImmediate), it is still unanswered AND Redis has answered nothing of
- * this store's on that connection for `timeout` ms since the call was written
- * (a call behind a long pipeline waits while the calls ahead of it are being
- * answered; one the client still holds, waiting for the socket to drain, waits
- * unless Redis has left a written call unanswered for `timeout`). A hung or
- * unreachable Redis answers nothing, so its decisions end within `timeout`
- * plus one event-loop turn. The number of decisions queued or
- * in flight is capped (`maxPending`): beyond it the route's onRedisError
- * answers at once instead of growing the backlog.
+ * The timeout rule (in-flight.ts waitMore) measures Redis, not Node; the
+ * number of decisions queued or in flight is capped (`maxPending`): beyond it
+ * the route's onRedisError answers at once instead of growing the backlog.
  *
  * A call abandoned at the timeout may still be sent again by the client:
  * ioredis resends unanswered commands after a reconnect (its default
@@ -47,30 +37,9 @@ import { owedFor, UNWRITTEN_TIMEOUTS, type InFlight, type Progress } from './in-
  * calls of their own, are never defused, and a release is retried by the
  * store after a timeout. "Function not found" (a restart without persistence,
  * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
- * which also fills the script cache; the library is loaded again behind it.
- *
- * A decision given up on (timeout, connection lost, unreadable reply) may
- * have taken concurrency slots that nobody holds, renews or releases: its copy
- * written before the timeout is not defused and still runs after a stall. So
- * every decision failed after it was written has its slots released (a ZREM
- * of its own slot id: harmless when nothing was taken), at once and again on
- * its late reply. The release at once is enqueued after the abandoned call was
- * written, so it is written behind it on the same connection (a Cluster
- * routes it by the same key) and Redis, which runs one connection's commands
- * in order, runs it after the call, never before: a release that ran first
- * would free nothing. The one on the late reply covers what that order does
- * not (a redirect that moved the call, or every try of the first failing); a
- * release that is never answered leaves the slot to its lease. A call Redis
- * refused before running it (BUSY, OOM, a replica, …) took nothing: no release.
+ * which also fills the script cache; the library is loaded again behind it. A decision given up on may have taken
+ * slots: abandoned.ts releases them.
  */
-
-/** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
-export type BatchJob = EncodedCall & Settlement
-
-/** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
-function isIdempotent (job: BatchJob): boolean {
-  return job.kind === 'adjust' && job.idempotent
-}
 
 export interface DispatchOptions {
   timeout: number
@@ -84,16 +53,6 @@ export interface DispatchOptions {
   clock: (() => number) | undefined
   /** Called per script call with its size and the ms from write to reply (or failure), after its jobs are answered; a throw is dropped. */
   onBatch: ((size: number, latencyMs: number) => void) | undefined
-}
-
-/** Frees slots a failed decision may have taken (Store.adjustSlots: retried). */
-export type ReleaseSlots = (entries: SlotAdjustment[]) => void
-
-/** The slot releases of a call's decisions that charge (a peek or an adjustment takes none). */
-function releasesOf (jobs: readonly BatchJob[]): SlotAdjustment[] {
-  const out: SlotAdjustment[] = []
-  for (const job of jobs) if (job.kind === 'decide' && job.mode === SCRIPT_MODE.charge) out.push(...slotReleases(job))
-  return out
 }
 
 export class Dispatcher {
@@ -275,25 +234,9 @@ export class Dispatcher {
   #verdict (call: InFlight): void {
     if (call.settled) return
     const { timeout } = this.#options
-    // Redis answered this store on this connection in the poll phase just passed (after the timer
-    // fired), or within `timeout` before it: it is alive and working through the pipeline ahead of
-    // this call, and a saturated process only read it late. Give it another `timeout`.
-    const last = call.progress.lastAt
-    if (last > call.firedAt || (last > call.first.writtenAt && call.firedAt - last < timeout)) {
-      call.timer = setTimeout(this.#onTimer, timeout, call)
-      return
-    }
-    // Still held by the client (node-redis waits for the socket to drain) while Redis has owed this
-    // store nothing for `timeout`: the wait is Node's, not Redis's. Bounded, for a socket filled by others.
-    if (!call.current.written && !owedFor(call, timeout, call.firedAt) && call.firedAt - call.current.writtenAt < timeout * UNWRITTEN_TIMEOUTS) {
-      call.timer = setTimeout(this.#onTimer, timeout, call)
-      return
-    }
-    // Written later than it was handed over (node-redis writes one turn after, or at drain): Redis has had less
-    // than `timeout` since the write. The rest of it; a client that writes at once never gets here.
-    const left = timeout - (call.firedAt - call.first.writtenAt)
-    if (left > 1) {
-      call.timer = setTimeout(this.#onTimer, left, call)
+    const waitMs = waitMore(call, timeout)
+    if (waitMs !== undefined) {
+      call.timer = setTimeout(this.#onTimer, waitMs, call)
       return
     }
     call.timedOut = true

@@ -1,12 +1,32 @@
 import type { ScriptCall, ScriptOp } from './client/port.js'
-import type { BatchJob } from './dispatcher.js'
+import type { EncodedCall, Settlement } from './protocol.js'
 import type { ScriptNumber } from './script-route.js'
 
 /*
  * What the dispatcher's timeout rule judges (dispatcher.ts): a script call in
  * flight, and per connection when Redis last answered this store and which of
  * its calls it still owes.
+ *
+ * The timeout measures Redis, not Node. A saturated process reaches its
+ * expired timers before the poll phase that would read replies already
+ * waiting in the socket, so a plain timer fails decisions Redis answered in
+ * microseconds. Here a call is abandoned only when, after one more poll phase
+ * (setImmediate), it is still unanswered AND Redis has answered nothing of
+ * this store's on that connection for `timeout` ms since the call was written
+ * (a call behind a long pipeline waits while the calls ahead of it are being
+ * answered; one the client still holds, waiting for the socket to drain, waits
+ * unless Redis has left a written call unanswered for `timeout`). A hung or
+ * unreachable Redis answers nothing, so its decisions end within `timeout`
+ * plus one event-loop turn.
  */
+
+/** One decision (or peek, or adjustment call) waiting for its batch: its call as protocol.ts encodes it. */
+export type BatchJob = EncodedCall & Settlement
+
+/** A call of slot releases or renewals alone (protocol.ts AdjustCall.idempotent). */
+export function isIdempotent (job: BatchJob): boolean {
+  return job.kind === 'adjust' && job.idempotent
+}
 
 /** When this store last had a reply from one connection: Redis is alive and working through the pipeline. */
 export interface Progress {
@@ -49,4 +69,23 @@ export interface InFlight {
   progress: Progress
   firedAt: number
   timer: NodeJS.Timeout | undefined
+}
+
+/**
+ * The timeout rule, judged when a call's timer fired (`call.firedAt`): the ms
+ * to wait again, or undefined when the call is abandoned (dispatcher.ts).
+ */
+export function waitMore (call: InFlight, timeout: number): number | undefined {
+  // Redis answered this store on this connection in the poll phase just passed (after the timer
+  // fired), or within `timeout` before it: it is alive and working through the pipeline ahead of
+  // this call, and a saturated process only read it late. Give it another `timeout`.
+  const last = call.progress.lastAt
+  if (last > call.firedAt || (last > call.first.writtenAt && call.firedAt - last < timeout)) return timeout
+  // Still held by the client (node-redis waits for the socket to drain) while Redis has owed this
+  // store nothing for `timeout`: the wait is Node's, not Redis's. Bounded, for a socket filled by others.
+  if (!call.current.written && !owedFor(call, timeout, call.firedAt) && call.firedAt - call.current.writtenAt < timeout * UNWRITTEN_TIMEOUTS) return timeout
+  // Written later than it was handed over (node-redis writes one turn after, or at drain): Redis has had less
+  // than `timeout` since the write. The rest of it; a client that writes at once never gets here.
+  const left = timeout - (call.firedAt - call.first.writtenAt)
+  return left > 1 ? left : undefined
 }

@@ -10,7 +10,7 @@
  * overlapped the decision (then: when the decision was known, or the fault's
  * end for a decision that degraded, since Redis may still run its call).
  */
-import { CLIENT_TIMEOUT_MS, type Run } from './runner.js'
+import { CLIENT_TIMEOUT_MS, type ClientRecord, type Run } from './runner.js'
 import { modelAdmits, type ModelEvent } from './model.js'
 import { DEFAULTS, OVERRIDE, ROUTES, routeById, type ChaosRoute } from './routes.js'
 import type { ChaosRequest } from './schedule.js'
@@ -55,84 +55,22 @@ export interface CheckOptions {
 
 export function check (run: Run, options: CheckOptions): Violation[] {
   const out: Violation[] = []
-  const add = (invariant: string, detail: string, kind: 'state' | 'time' = 'state'): void => { out.push({ invariant, kind, detail }) }
+  const add: Add = (invariant, detail, kind = 'state') => { out.push({ invariant, kind, detail }) }
   const redisFaults = run.faults.filter((f) => REDIS_FAULTS.has(f.fault.kind))
-  const faultNear = (from: number, to: number, after = 0): { start: number, end: number } | undefined =>
-    redisFaults.find((f) => f.start <= to && f.end + after >= from)
+  const faultNear: FaultNear = (from, to, after = 0) => redisFaults.find((f) => f.start <= to && f.end + after >= from)
   const resets = run.faults.flatMap((f) => f.fault.kind === 'redis-restart'
     ? [[f.start, f.end] as const]
     // A planted key loses its state at once and takes none until it expires (every call on it fails): one reset.
     : f.fault.kind === 'wrong-type' ? [[f.start, f.start + 100] as const] : [])
   const restarts = run.faults.filter((f) => f.fault.kind === 'redis-restart')
-  const servers = new Map(run.servers.map((s) => [s.id, s]))
-  const downAt = (inst: number, from: number, to: number): boolean => (run.down[inst] ?? []).some(([a, b]) => a <= to && b >= from)
   const label = (o: Obs): string => `#${o.r.id} +${(o.s?.t0 ?? run.start + o.r.at) - run.start} ms ${o.route.id} ${o.r.user} on instance ${o.r.inst}`
 
   for (const message of run.unhandled) add('no-unhandled', message)
   for (const message of run.errors) add('harness', message)
-
-  const all: Obs[] = run.clients.map((c) => {
-    const r = run.schedule.requests[c.id] as ChaosRequest
-    const route = routeById.get(r.route) as ChaosRoute
-    const s = servers.get(c.id)
-    let outcome: Outcome
-    if (s === undefined) outcome = c.error === 'ECONNREFUSED' ? 'never-arrived' : 'unknown'
-    else if (s.status === 429) outcome = 'refused'
-    else if (s.status === 403) outcome = 'banned'
-    else if (s.status === 503) outcome = 'degraded-closed'
-    else if (s.tDec === undefined || (s.status === 500 && !r.throws)) outcome = 'unknown' // no decision seen, or the plugin failed it
-    else outcome = s.degraded ? 'degraded-open' : 'admitted'
-    const lo = s?.t0 ?? c.sent
-    const decided = s?.tDec ?? s?.tEnd ?? c.answered ?? c.sent + CLIENT_TIMEOUT_MS
-    const fault = faultNear(lo, decided)
-    let hi = fault === undefined ? Math.min(decided, lo + CHARGE_MS) : decided
-    if (fault !== undefined && (outcome === 'degraded-open' || outcome === 'degraded-closed' || outcome === 'unknown')) hi = Math.max(hi, fault.end + DEFAULTS.timeoutMs)
-    let delta = 0
-    if (s !== undefined && outcome === 'admitted') {
-      if (route.settle === true) delta = (r.use ?? 0) - r.cost
-      else if (route.refundOn === true && s.status >= 500) delta = -r.cost
-    }
-    return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta }
-  })
-
-  const degradedWhenHealthy: Obs[] = []
-  for (const o of all) {
-    const c = run.clients[o.r.id]!
-    // Every request to a live instance is answered.
-    if (c.error === 'timeout' && !downAt(o.r.inst, c.sent, c.sent + CLIENT_TIMEOUT_MS)) add('answered', `${label(o)}: no response within ${CLIENT_TIMEOUT_MS} ms`)
-    if (o.s !== undefined && o.s.status >= 500 && o.s.status !== 503 && !(o.s.status === 500 && o.r.throws)) add('no-500', `${label(o)}: status ${o.s.status}`)
-    if (o.s !== undefined && ![200, 403, 429, 500, 503].includes(o.s.status)) add('status', `${label(o)}: status ${o.s.status}`)
-    // Answered within the decision bound, plus the handler, plus the lag the instance measured.
-    if (c.answered !== undefined && o.s !== undefined && Number.isFinite(options.timeSlackMs)) {
-      const handler = o.outcome === 'admitted' || o.outcome === 'degraded-open' ? o.r.sleepMs : 0
-      const bound = 2 * DEFAULTS.timeoutMs + handler + o.s.lagMs + options.timeSlackMs
-      if (c.answered - c.sent > bound) add('time-bound', `${label(o)}: answered after ${c.answered - c.sent} ms, bound ${bound} ms (handler ${handler}, lag ${o.s.lagMs})`, 'time')
-    }
-    // Once Redis faults are over (plus one cooldown and two timeouts), nothing degrades.
-    if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) degradedWhenHealthy.push(o)
-  }
-  /*
-   * On a healthy Redis, a decision degrades only when a core is starved past
-   * the 50 ms timeout: a time bound. A breaker left open degrades (nearly)
-   * every decision of its instance from then on: that is state, found as at
-   * least 4 degraded decisions that are 80 % of the instance's healthy-time
-   * decisions from the first of them on.
-   */
-  for (let inst = 0; inst < run.schedule.instances; inst++) {
-    const own = degradedWhenHealthy.filter((o) => o.r.inst === inst)
-    if (own.length === 0) continue
-    const first = own[0]!.lo
-    const decided = all.filter((o) => o.r.inst === inst && o.lo >= first && o.s?.tDec !== undefined && o.outcome !== 'banned' && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined)
-    const stuck = own.length >= 4 && own.length >= 0.8 * decided.length
-    for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms${stuck ? `; ${own.length} of this instance's ${decided.length} decisions since degraded` : ''}`, stuck ? 'state' : 'time')
-  }
-  const dump = process.env.CHAOS_DUMP
-  if (dump !== undefined) {
-    for (const o of all) {
-      if (`${o.route.id}:${o.r.user}` !== dump) continue
-      process.stderr.write(`${label(o)} ${o.outcome} cost ${o.r.cost} delta ${o.delta} lo ${o.lo - run.start} hi ${o.hi - run.start} end ${o.end === undefined ? '-' : o.end - run.start} status ${o.s?.status ?? run.clients[o.r.id]?.error}\n`)
-    }
-  }
+  const servers = new Map(run.servers.map((s) => [s.id, s]))
+  const all = run.clients.map((c) => observe(run, c, servers.get(c.id), faultNear))
+  dump(run, all, label)
+  checkRequests(run, all, options, faultNear, add, label)
   checkBans(run, all, restarts, add, label)
   for (const route of ROUTES) {
     for (const user of run.schedule.users) {
@@ -142,6 +80,75 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     }
   }
   return out
+}
+
+/** One request as the checker sees it: its outcome, when its charge ran, its give-back. */
+function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultNear: FaultNear): Obs {
+  const r = run.schedule.requests[c.id] as ChaosRequest
+  const route = routeById.get(r.route) as ChaosRoute
+  let outcome: Outcome
+  if (s === undefined) outcome = c.error === 'ECONNREFUSED' ? 'never-arrived' : 'unknown'
+  else if (s.status === 429) outcome = 'refused'
+  else if (s.status === 403) outcome = 'banned'
+  else if (s.status === 503) outcome = 'degraded-closed'
+  else if (s.tDec === undefined || (s.status === 500 && !r.throws)) outcome = 'unknown' // no decision seen, or the plugin failed it
+  else outcome = s.degraded ? 'degraded-open' : 'admitted'
+  const lo = s?.t0 ?? c.sent
+  const decided = s?.tDec ?? s?.tEnd ?? c.answered ?? c.sent + CLIENT_TIMEOUT_MS
+  const fault = faultNear(lo, decided)
+  let hi = fault === undefined ? Math.min(decided, lo + CHARGE_MS) : decided
+  if (fault !== undefined && (outcome === 'degraded-open' || outcome === 'degraded-closed' || outcome === 'unknown')) hi = Math.max(hi, fault.end + DEFAULTS.timeoutMs)
+  let delta = 0
+  if (s !== undefined && outcome === 'admitted') {
+    if (route.settle === true) delta = (r.use ?? 0) - r.cost
+    else if (route.refundOn === true && s.status >= 500) delta = -r.cost
+  }
+  return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta }
+}
+
+/** CHAOS_DUMP=<route>:<user> prints that stream as the checker sees it. */
+function dump (run: Run, all: Obs[], label: (o: Obs) => string): void {
+  const wanted = process.env.CHAOS_DUMP
+  if (wanted === undefined) return
+  for (const o of all) {
+    if (`${o.route.id}:${o.r.user}` !== wanted) continue
+    process.stderr.write(`${label(o)} ${o.outcome} cost ${o.r.cost} delta ${o.delta} lo ${o.lo - run.start} hi ${o.hi - run.start} end ${o.end === undefined ? '-' : o.end - run.start} status ${o.s?.status ?? run.clients[o.r.id]?.error}\n`)
+  }
+}
+
+/** Per request: answered, no 500 it did not throw, within its time bound; then degraded decisions on a healthy Redis. */
+function checkRequests (run: Run, all: Obs[], options: CheckOptions, faultNear: FaultNear, add: Add, label: (o: Obs) => string): void {
+  const downAt = (inst: number, from: number, to: number): boolean => (run.down[inst] ?? []).some(([a, b]) => a <= to && b >= from)
+  const degraded: Obs[] = []
+  for (const o of all) {
+    const c = run.clients[o.r.id]!
+    if (c.error === 'timeout' && !downAt(o.r.inst, c.sent, c.sent + CLIENT_TIMEOUT_MS)) add('answered', `${label(o)}: no response within ${CLIENT_TIMEOUT_MS} ms`)
+    if (o.s !== undefined && o.s.status >= 500 && o.s.status !== 503 && !(o.s.status === 500 && o.r.throws)) add('no-500', `${label(o)}: status ${o.s.status}`)
+    if (o.s !== undefined && ![200, 403, 429, 500, 503].includes(o.s.status)) add('status', `${label(o)}: status ${o.s.status}`)
+    // Answered within the decision bound, plus the handler, plus the lag the instance measured.
+    if (c.answered !== undefined && o.s !== undefined && Number.isFinite(options.timeSlackMs)) {
+      const handler = o.outcome === 'admitted' || o.outcome === 'degraded-open' ? o.r.sleepMs : 0
+      const bound = 2 * DEFAULTS.timeoutMs + handler + o.s.lagMs + options.timeSlackMs
+      if (c.answered - c.sent > bound) add('time-bound', `${label(o)}: answered after ${c.answered - c.sent} ms, bound ${bound} ms (handler ${handler}, lag ${o.s.lagMs})`, 'time')
+    }
+    if ((o.outcome === 'degraded-open' || o.outcome === 'degraded-closed') && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined) degraded.push(o)
+  }
+  /*
+   * Once Redis faults are over (plus one cooldown and two timeouts), nothing
+   * degrades. On a healthy Redis a decision degrades only when a core is
+   * starved past the 50 ms timeout: a time bound. A breaker left open degrades
+   * (nearly) every decision of its instance from then on: that is state, found
+   * as at least 4 degraded decisions that are 80 % of the instance's
+   * healthy-time decisions from the first of them on.
+   */
+  for (let inst = 0; inst < run.schedule.instances; inst++) {
+    const own = degraded.filter((o) => o.r.inst === inst)
+    if (own.length === 0) continue
+    const first = own[0]!.lo
+    const decided = all.filter((o) => o.r.inst === inst && o.lo >= first && o.s?.tDec !== undefined && o.outcome !== 'banned' && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined)
+    const stuck = own.length >= 4 && own.length >= 0.8 * decided.length
+    for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms${stuck ? `; ${own.length} of this instance's ${decided.length} decisions since degraded` : ''}`, stuck ? 'state' : 'time')
+  }
 }
 
 type Add = (invariant: string, detail: string, kind?: 'state' | 'time') => void

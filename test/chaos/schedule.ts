@@ -63,41 +63,22 @@ export function rng (seed: number): () => number {
 const TRAFFIC_MS = 5000
 const TAIL_MS = 2200
 
-export function generate (seed: number): Schedule {
-  const random = rng(seed)
-  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
-  const topology = random() < 0.25 ? 'cluster' : 'standalone'
-  const instances = random() < 0.5 ? 2 : 3
-  const users = ['u0', 'u1', 'u2']
-  const requests: ChaosRequest[] = []
-  const faults: Fault[] = []
-  const home = (user: string): number => Number(user.slice(1)) % instances
+/** What the parts of the generator share: the seeded draws, the request maker, the fleet's shape. */
+interface Gen {
+  random: () => number
+  int: (lo: number, hi: number) => number
+  pick: <T>(items: readonly T[]) => T
+  request: (at: number, route: string, user: string, inst?: number, shape?: Partial<ChaosRequest>) => void
+  randomRoute: () => string
+  users: string[]
+  instances: number
+  topology: 'standalone' | 'cluster'
+  faults: Fault[]
+}
 
-  const request = (at: number, route: string, user: string, inst?: number, shape: Partial<ChaosRequest> = {}): void => {
-    const spec = ROUTES.find((r) => r.id === route)!
-    const cost = spec.maxCost === 1 ? 1 : route === 'tb' ? int(2, spec.maxCost) : int(1, spec.maxCost)
-    const use = spec.settle === true ? (random() < 0.5 ? 0 : Math.min(spec.limit, int(0, cost + 1))) : undefined
-    const sleepMs = route === 'conc' ? int(30, 300) : route === 'tb' ? int(50, 250) : random() < 0.2 ? int(80, 250) : int(0, 20)
-    requests.push({
-      id: requests.length,
-      at: Math.max(0, Math.round(at)),
-      inst: inst ?? (random() < 0.7 ? home(user) : int(0, instances - 1)),
-      route,
-      user,
-      cost,
-      use,
-      sleepMs,
-      throws: random() < (spec.refundOn === true ? 0.25 : 0.05),
-      abortMs: random() < 0.05 ? int(5, 80) : undefined,
-      ...shape
-    })
-  }
-  const randomRoute = (): string => {
-    const route = pick(ROUTES).id
-    return route === 'tb2' && random() < 0.5 ? 'ta' : route
-  }
-
+/** Redis-side faults, one after another with gaps, each with the traffic that meets it. */
+function addRedisFaults (g: Gen): void {
+  const { int, pick, request, randomRoute, users, instances, topology, faults } = g
   // Redis-side faults, one after another with gaps; instance faults anywhere.
   let cursor = int(200, 600)
   const redisKinds = topology === 'cluster'
@@ -137,6 +118,11 @@ export function generate (seed: number): Schedule {
     }
     cursor += int(300, 900)
   }
+}
+
+/** Instance faults (stalls, a kill, a skewed clock, a throwing exporter), anywhere in the traffic. */
+function addInstanceFaults (g: Gen): void {
+  const { random, int, pick, request, randomRoute, users, instances, faults } = g
   const instanceFaults = int(1, 3)
   for (let n = 0; n < instanceFaults; n++) {
     const inst = int(0, instances - 1)
@@ -168,6 +154,11 @@ export function generate (seed: number): Schedule {
       for (let i = 0; i < 4; i++) request(at + int(5, 150), randomRoute(), pick(users), inst)
     }
   }
+}
+
+/** A ban and an override, with the traffic that shows whether every instance honours them. */
+function addFleetRecords (g: Gen): void {
+  const { random, int, request, instances, faults } = g
   if (random() < 0.6) {
     const at = int(200, TRAFFIC_MS - 2600)
     faults.push({ kind: 'ban', at, inst: int(0, instances - 1), user: 'u2', liftAt: random() < 0.3 ? at + int(2500, 3500) : undefined })
@@ -178,6 +169,47 @@ export function generate (seed: number): Schedule {
     // Above the route's own limit, within the override's: refused only if the override is lost.
     for (let i = 0; i < 9; i++) request(at + 2300 + i * 40, OVERRIDE.route, 'u1')
   }
+}
+
+export function generate (seed: number): Schedule {
+  const random = rng(seed)
+  const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T
+  const topology: Schedule['topology'] = random() < 0.25 ? 'cluster' : 'standalone'
+  const instances = random() < 0.5 ? 2 : 3
+  const users = ['u0', 'u1', 'u2']
+  const requests: ChaosRequest[] = []
+  const faults: Fault[] = []
+  const home = (user: string): number => Number(user.slice(1)) % instances
+
+  const request = (at: number, route: string, user: string, inst?: number, shape: Partial<ChaosRequest> = {}): void => {
+    const spec = ROUTES.find((r) => r.id === route)!
+    const cost = spec.maxCost === 1 ? 1 : route === 'tb' ? int(2, spec.maxCost) : int(1, spec.maxCost)
+    const use = spec.settle === true ? (random() < 0.5 ? 0 : Math.min(spec.limit, int(0, cost + 1))) : undefined
+    const sleepMs = route === 'conc' ? int(30, 300) : route === 'tb' ? int(50, 250) : random() < 0.2 ? int(80, 250) : int(0, 20)
+    requests.push({
+      id: requests.length,
+      at: Math.max(0, Math.round(at)),
+      inst: inst ?? (random() < 0.7 ? home(user) : int(0, instances - 1)),
+      route,
+      user,
+      cost,
+      use,
+      sleepMs,
+      throws: random() < (spec.refundOn === true ? 0.25 : 0.05),
+      abortMs: random() < 0.05 ? int(5, 80) : undefined,
+      ...shape
+    })
+  }
+  const randomRoute = (): string => {
+    const route = pick(ROUTES).id
+    return route === 'tb2' && random() < 0.5 ? 'ta' : route
+  }
+  const g: Gen = { random, int, pick, request, randomRoute, users, instances, topology, faults }
+
+  addRedisFaults(g)
+  addInstanceFaults(g)
+  addFleetRecords(g)
   for (let i = requests.length, total = int(180, 260); i < total; i++) request(int(0, TRAFFIC_MS), randomRoute(), pick(users))
   // The tail: faults are over; every stream is probed from every instance.
   for (const route of ROUTES) {

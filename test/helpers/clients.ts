@@ -1,37 +1,12 @@
-/** The clients the topology suites use: admin probes and the plugin's own, as the docs configure them. */
+/** Every client the plugin supports, as the docs configure them; the ioredis-only helpers are re-exported from ioredis-clients.ts. */
 import { Cluster, Redis } from 'ioredis'
 import { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
 import { Cluster as ValkeyCluster, Redis as Valkey } from 'iovalkey'
 import { createClient as createClient6, createCluster as createCluster6 } from 'redis'
 import { createClient as createClient5, createCluster as createCluster5 } from 'redis5'
+import { HOST, RECOMMENDED_OPTIONS } from './ioredis-clients.js'
 
-export const HOST = '127.0.0.1'
-
-/** A throwaway client that fails fast: for probing and administering servers, never for the plugin. */
-export function adminClient (port: number): Redis {
-  const client = new Redis({ port, host: HOST, enableOfflineQueue: true, maxRetriesPerRequest: 1, connectTimeout: 2000, retryStrategy: (n) => Math.min(n * 50, 200), protocol: 2 })
-  client.on('error', () => {})
-  return client
-}
-
-export type ClientKind = 'recommended' | 'default'
-
-/** The ioredis options the README recommends, as the fault tests use them. */
-export const RECOMMENDED_OPTIONS = {
-  enableOfflineQueue: false,
-  commandTimeout: 1000,
-  autoResendUnfulfilledCommands: false,
-  maxRetriesPerRequest: 1,
-  retryStrategy: (times: number): number => Math.min(times * 50, 200)
-}
-
-export function pluginClient (kind: ClientKind, port: number): Redis {
-  const client = kind === 'recommended'
-    ? new Redis({ host: HOST, port, ...RECOMMENDED_OPTIONS })
-    : new Redis({ host: HOST, port })
-  client.on('error', () => {})
-  return client
-}
+export { adminClient, HOST, pluginClient, RECOMMENDED_OPTIONS, type ClientKind } from './ioredis-clients.js'
 
 /* ------------------------------------------------ every supported client */
 

@@ -1,6 +1,6 @@
 /** A loopback TCP proxy for the fault tests: lost replies, paused links, cut connections. */
 import { createServer, connect, type Server, type Socket } from 'node:net'
-import { HOST } from './clients.js'
+import { HOST } from './ioredis-clients.js'
 
 export type ProxyMode = 'pass' | 'drop-replies' | 'pause'
 

@@ -20,11 +20,11 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import type { Redis } from 'ioredis'
-import { adminClient, HOST } from './clients.js'
+import { adminClient, HOST } from './ioredis-clients.js'
 import { freePort, ping, spawnOwned, tempDir } from './processes.js'
 
 // One import for the topology suites: the clients and the proxy live beside this file.
-export { adminClient, pluginClient, RECOMMENDED_OPTIONS, type ClientKind } from './clients.js'
+export { adminClient, pluginClient, RECOMMENDED_OPTIONS, type ClientKind } from './ioredis-clients.js'
 export { startProxy, type Proxy, type ProxyMode } from './proxy.js'
 export { tempDir }
 

@@ -6,7 +6,10 @@ import { fileURLToPath } from 'node:url'
 /*
  * The folder rules of lib/ (CONTRIBUTING.md, "Architecture"): which tier may
  * import which. An import that breaks a rule (the engine reaching for Fastify
- * or presentation, a store for the policy compiler) fails here.
+ * or presentation, a store for the policy compiler) fails here. Last, issue
+ * 19's rule: every Redis client is an optional peer dependency, and no lib
+ * module (so no published .js or .d.ts) imports a client package, so a
+ * project that installed only node-redis, or only iovalkey, loads and compiles.
  */
 
 const lib = fileURLToPath(new URL('../../lib/', import.meta.url))
@@ -98,5 +101,23 @@ test('the decision engine and the stores import no Fastify value', async (t) => 
 test('nothing imports the entry module', async (t) => {
   for (const file of sources(lib)) {
     for (const entry of importsOf(file)) t.not(entry.to, join(lib, 'index.ts'), `${relative(lib, file)} does not import index.ts`)
+  }
+})
+
+const root = join(lib, '..')
+const CLIENT_PACKAGES = /^(ioredis|iovalkey|redis|@redis\/[^/]+|@valkey\/valkey-glide)(\/|$)/
+
+test('no lib module imports a Redis client package', async (t) => {
+  for (const file of sources(lib)) {
+    const specs = [...readFileSync(file, 'utf8').matchAll(/(?:from|import)\s*\(?\s*'([^']+)'/g)].map((match) => match[1] as string)
+    t.same(specs.filter((spec) => CLIENT_PACKAGES.test(spec)), [], `${relative(root, file)} imports no client`)
+  }
+})
+
+test('every supported client is an optional peer dependency', async (t) => {
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string>, peerDependenciesMeta: Record<string, { optional?: boolean }> }
+  for (const name of ['ioredis', 'iovalkey', 'redis']) {
+    t.ok(pkg.peerDependencies[name], `${name} is a peer dependency`)
+    t.equal(pkg.peerDependenciesMeta[name]?.optional, true, `${name} is optional`)
   }
 })

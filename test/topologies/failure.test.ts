@@ -88,10 +88,13 @@ for (const kind of ['recommended', 'default'] as ClientKind[]) {
     const readyMs = performance.now() - started
     t.ok(readyMs < 1000, `ready() took ${readyMs.toFixed(0)} ms with Redis absent`)
 
-    // 2.5 s without Redis: long enough for a default client's reconnect backoff to grow.
+    // Without Redis long enough for the client's reconnect backoff to grow: 2.5 s for a default
+    // client (docs/operations.md quotes its recovery after 2.5 s); the recommended one reaches its
+    // 200 ms cap within 0.5 s.
+    const absentMs = kind === 'recommended' ? 1000 : 2500
     let worst = 0
     let n = 0
-    const until = performance.now() + 2500
+    const until = performance.now() + absentMs
     while (performance.now() < until && n < 1000) {
       const t0 = performance.now()
       const open = await app.inject({ url: '/open', headers: { 'x-id': `a${n}` } })
@@ -117,7 +120,7 @@ for (const kind of ['recommended', 'default'] as ClientKind[]) {
     const statuses: number[] = []
     for (let i = 0; i < 3; i++) statuses.push((await app.inject({ url: '/closed', headers: { 'x-id': 'late' } })).statusCode)
     t.same(statuses, [200, 200, 429], 'the limit holds from then on')
-    t.comment(`figures ${JSON.stringify({ fault: 'absent at startup', kind, readyMs: Math.round(readyMs), worstPairMs: Math.round(worst * 10) / 10, absentMs: 2500, enforcedAfterMs: Math.round(enforcedAfter) })}`)
+    t.comment(`figures ${JSON.stringify({ fault: 'absent at startup', kind, readyMs: Math.round(readyMs), worstPairMs: Math.round(worst * 10) / 10, absentMs, enforcedAfterMs: Math.round(enforcedAfter) })}`)
   })
 }
 
@@ -133,7 +136,8 @@ test('visible degradation: an outage at a high request rate logs about one line 
   await app.ready()
   t.teardown(async () => { await app.close(); redis.disconnect() })
 
-  const RUN_MS = 2500
+  // Long enough for a second line (lines are a second apart), with half a second to spare.
+  const RUN_MS = 1500
   let sent = 0
   let openDegraded = 0
   let closed503 = 0

@@ -14,7 +14,7 @@ import diagnostics from 'node:diagnostics_channel'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import Fastify from 'fastify'
 import { Cluster, Redis } from 'ioredis'
-import { RECOMMENDED_OPTIONS } from '../helpers/clients.js'
+import { RECOMMENDED_OPTIONS } from '../helpers/ioredis-clients.js'
 import { ROUTES, OVERRIDE } from './routes.js'
 
 interface Config { inst: number, port: number, prefix: string, nodes: Array<{ host: string, port: number }>, cluster: boolean }

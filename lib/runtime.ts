@@ -64,11 +64,20 @@ function identityContext (fastify: FastifyInstance, options: ResolvedOptions, cl
   }
 }
 
+/** Ms on a clock that only moves forward, in Date.now's range at the process's start. */
+function monotonicClock (): number {
+  return performance.timeOrigin + performance.now()
+}
+
 /** The store, the decision state and the reply path of one plugin instance. */
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
   // Metrics load at ready(); until then a store call records nothing.
   const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
+  // Calendar time (the local store's windows, periods) is the host's; this instance's own
+  // durations (breaker cooldowns, deny-cache entries, log throttles) are monotonic, so a host
+  // clock stepped back (NTP, a resumed VM) cannot hold the breaker open for the step.
   const clock = options.clock ?? options.hostClock
+  const elapsed = options.clock ?? monotonicClock
   let local: MemoryStore | undefined
   const client = store instanceof RedisStore ? store.client : undefined
   const fleetClocks = { test: options.clock, host: options.hostClock, monotonic: () => performance.now() }
@@ -83,22 +92,22 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     allowList: options.allowList,
     refuse,
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0 },
-    failures: new BurstLogger(clock),
-    badInput: new BurstLogger(clock),
-    telemetry: new BurstLogger(clock),
+    failures: new BurstLogger(elapsed),
+    badInput: new BurstLogger(elapsed),
+    telemetry: new BurstLogger(elapsed),
     // The memory store answers locally anyway: the deny cache would only duplicate its state.
     denyCache: options.denyCacheMax > 0 && options.store === 'redis' ? new DenyCache(options.denyCacheMax) : undefined,
     rejections: new OncePerWindow(),
-    clock,
+    clock: elapsed,
     tier: options.tier,
     metrics: undefined,
     // The memory store has no Redis to fail; a breaker would only ever stay closed.
-    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, options.timeout, clock),
+    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, options.timeout, elapsed),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
     overrides: new Overrides(client, overridesKey(options.prefix), fleetClocks, fastify.log),
-    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, clock)),
+    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, elapsed)),
     identityTimeout: options.identityTimeout
   }
   return runtime
@@ -118,7 +127,7 @@ export function compileContext (
     cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
     fleetSize: options.fleetSize,
     hook: options.hook,
-    periodNow: options.periodClock ?? runtime.clock,
+    periodNow: options.periodClock ?? options.clock ?? options.hostClock,
     lease: options.lease
   }
 }

@@ -32,7 +32,7 @@ export interface Runtime {
   denyCache: DenyCache | undefined
   /** Rejections are logged once per identity per window. */
   rejections: OncePerWindow
-  /** The plugin clock (the injected test clock, else Date.now). */
+  /** This instance's clock for its own durations (deny cache, breaker, log throttles): the injected test clock, else monotonic ms. */
   clock: () => number
   /** The plugin option `tier`, if any. */
   tier: ((request: FastifyRequest) => unknown) | undefined

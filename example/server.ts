@@ -86,8 +86,10 @@ const validApiKey = (req: FastifyRequest) => {
   return typeof key === 'string' && DEMO_KEYS.has(key) ? key : undefined
 }
 
+// What decided a request: the store the limits live in (the orders route reports it).
+const store = redisUrl === undefined || redisUrl === '' ? 'memory' : 'redis'
 await app.register(rateLimit, {
-  store: redisUrl === undefined || redisUrl === '' ? 'memory' : 'redis',
+  store,
   prefix: 'demo',
   onRedisError: 'open',
   timeout: 50,
@@ -164,7 +166,7 @@ app.get('/search', {
 // this instance keeps enforcing its share (limit / fleetSize) on its own instead of admitting everyone.
 app.get('/orders/:id', {
   config: { rateLimit: { limit: 100, window: '1m', by: 'user', name: 'orders', onRedisError: 'local' } }
-}, async (req) => ({ id: (req.params as { id: string }).id, source: req.rateLimit?.degraded === true ? 'local limit' : 'redis' }))
+}, async (req) => ({ id: (req.params as { id: string }).id, source: req.rateLimit?.degraded === true ? 'local limit' : store }))
 
 // Exports: GCRA, expensive requests cost 5; a failed export gives its units back.
 app.get('/exports', {

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import {
   FST_RRL_INVALID_OPTION,
@@ -26,7 +26,7 @@ import { limitNotFound } from './request/not-found.js'
 import { createRouteHook, type HookNext } from './request/route-hook.js'
 import { markContexts, scopeMarker, seenRoute, unseenRoutes, type RouteEntry } from './policy/routes.js'
 import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from './runtime.js'
-import type { RateLimitPluginOptions } from './types.js'
+import type { PolicySummary, RateLimitPluginOptions } from './types.js'
 
 export * from './types.js'
 export { ALGORITHMS } from './store/algorithms.js'
@@ -138,6 +138,13 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
   attachHooks(route, policy, state.runtime)
 }
 
+/** printPolicies: one log line per table line (a JSON logger would make one multi-line message a string of \n). */
+function logPolicyTable (log: FastifyBaseLogger, summaries: PolicySummary[]): void {
+  const [columns, ...rows] = policyTable(copySummaries(summaries))
+  log.info({ routes: summaries.length }, `rate limits: ${columns ?? ''}`)
+  for (const row of rows) log.info(`rate limits: ${row}`)
+}
+
 /** onReady: strict mode, routes declared before the plugin, then metrics, the policy table, warm-up, overrides and bans. */
 async function checkAtReady (state: PluginState, instance: FastifyInstance): Promise<void> {
   const { fastify, options, runtime, listing } = state
@@ -150,9 +157,7 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
   if (preflight.length > 0) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
   if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
-  if (options.printPolicies) {
-    fastify.log.info({ routes: listing.summaries.length }, `rate limits:\n${policyTable(copySummaries(listing.summaries))}`)
-  }
+  if (options.printPolicies) logPolicyTable(fastify.log, listing.summaries)
   await runtime.store.warmUp(fastify.log)
   runtime.overrides.start()
   runtime.bans.start()

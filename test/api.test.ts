@@ -101,21 +101,3 @@ test('misuse is a coded error', async (t) => {
   await t.rejects(app.rateLimit.peek('shared', { ip: '1.2.3.4' }), { code: 'FST_RRL_AMBIGUOUS_TARGET', message: /"shared" names 2 routes: 'GET \/y', 'GET \/z'/ })
   t.match(await app.rateLimit.peek('GET /y', { ip: '1.2.3.4' }), { policy: 'shared' }, 'the route still names it')
 })
-
-test('printPolicies logs a table of every route at ready', async (t) => {
-  const lines: Array<Record<string, unknown>> = []
-  const stream = { write: (line: string) => { lines.push(JSON.parse(line)) } }
-  const { app } = await setup(t, { printPolicies: true, globalLimits: [{ name: 'fleet', limit: 300, window: '1m' }] }, { logger: { level: 'info', stream } })
-  app.get('/orders/:id', { config: { rateLimit: [{ limit: 10, window: '1s', name: 'orders-burst' }, { limit: 1000, window: '1h', name: 'orders-hourly', algorithm: 'gcra' }] } }, ok)
-  app.get('/health', { config: { rateLimit: false } }, ok)
-  await app.ready()
-  const table = lines.find((line) => typeof line.msg === 'string' && line.msg.startsWith('rate limits:'))
-  t.ok(table, 'one info line with the table')
-  t.equal(table?.level, 30)
-  const text = String(table?.msg)
-  t.match(text, /route\s+policy\s+algorithm\s+limit\s+window/)
-  t.match(text, /GET \/orders\/:id\s+orders-burst\s+sliding-window\s+10\s+1000ms/)
-  t.match(text, /GET \/orders\/:id\s+orders-hourly\s+gcra\s+1000\s+3600000ms/)
-  t.match(text, /GET \/orders\/:id\s+fleet \(global\)/)
-  t.match(text, /GET \/health\s+\(none: rateLimit false\)/)
-})

@@ -233,8 +233,8 @@ export function createApi (
   }
 }
 
-/** The startup table for `printPolicies: true`. */
-export function policyTable (summaries: PolicySummary[]): string {
+/** The startup table for `printPolicies: true`: its lines, the column names first, padded to align. */
+export function policyTable (summaries: PolicySummary[]): string[] {
   const rows: string[][] = [['route', 'policy', 'algorithm', 'limit', 'window', 'burst', 'by', 'mode', 'on error']]
   for (const summary of summaries) {
     const constraints = constraintText(summary.constraints)
@@ -256,5 +256,5 @@ export function policyTable (summaries: PolicySummary[]): string {
     }
   }
   const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))
-  return rows.map((row) => row.map((cell, column) => cell.padEnd(widths[column] as number)).join('  ').trimEnd()).join('\n')
+  return rows.map((row) => row.map((cell, column) => cell.padEnd(widths[column] as number)).join('  ').trimEnd())
 }

@@ -12,7 +12,20 @@ export function reportFailure (input: DecisionInput, origin: DecisionOrigin, run
   const cause = errorCause(error)
   runtime.metrics?.storeError(origin.route, cause)
   if (storeErrorChannel.hasSubscribers) storeErrorChannel.publish({ route: origin.route, cause, error })
-  runtime.failures.report(origin.log, { err: error, route: origin.route, policy: policy.name, onRedisError: policy.onRedisError }, policy.onRedisError === 'local' ? 'rate limiter degraded: decided by this instance\'s local limit' : 'rate limiter degraded: decision not enforced')
+  runtime.failures.report(origin.log, { err: error, route: origin.route, policy: policy.name, onRedisError: policy.onRedisError }, failureMessage(failureAnswer(policy), origin))
+}
+
+/** What a degraded decision did with the request, by the route's onRedisError (a shadow-only route is never refused). */
+function failureAnswer (policy: DecisionInput['policy']): 'local' | 'refused' | 'admitted' {
+  if (policy.onRedisError === 'local') return 'local'
+  return policy.onRedisError === 'closed' && !policy.allShadow ? 'refused' : 'admitted'
+}
+
+/** The store-failure log line says what happened to the request (consume() answers a decision, not a 503). */
+function failureMessage (answer: ReturnType<typeof failureAnswer>, origin: DecisionOrigin): string {
+  if (answer === 'local') return 'rate limiter degraded: decided by this instance\'s local limit'
+  if (answer === 'admitted') return 'rate limiter degraded: request admitted without a decision'
+  return origin.source === 'api' ? 'rate limiter degraded: refused (onRedisError closed)' : 'rate limiter degraded: request refused with 503'
 }
 
 /** onRedisError 'local': this instance's share of each block (policy.ts made sure every block has one), on its own limiter. */
@@ -31,7 +44,7 @@ async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<E
 export async function degraded (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): Promise<Evaluation> {
   runtime.stats.degraded++
   if (input.policy.onRedisError === 'local') return await decideLocally(input, runtime)
-  const closed = input.policy.onRedisError === 'closed' && !input.policy.allShadow
+  const closed = failureAnswer(input.policy) === 'refused'
   const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0, nextMs: 0 }
   const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], latestRetryMs: -1 }
   return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, origin.source, 'charge')

@@ -54,9 +54,10 @@ export function penaltyKey (key: string): string {
  */
 export type DecideMode = 'charge' | 'peek'
 
-/** The one logger method a store uses at startup (Fastify's logger fits). */
-export interface DebugLog {
+/** The logger methods a store uses from startup on (Fastify's logger fits). */
+export interface StartupLog {
   debug: (object: object, message: string) => void
+  warn: (object: object, message: string) => void
 }
 
 /**
@@ -173,6 +174,6 @@ export interface Store {
   /** Deletes the state of these keys (one request's keys: one slot). */
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */
-  warmUp: (log?: DebugLog) => Promise<void>
+  warmUp: (log?: StartupLog) => Promise<void>
   close: () => void
 }

@@ -50,6 +50,7 @@ for (const withRedis of [false, true]) {
     const order = await call(demo.base, '/orders/42', { headers: { 'x-user-id': `alice-${Date.now()}` } })
     t.equal(order.status, 200)
     t.equal(order.headers['ratelimit-policy'], '"orders";q=100;w=60')
+    t.equal(JSON.parse(order.text).source, withRedis ? 'redis' : 'memory', 'the body names the store that decided')
 
     const key = { 'x-api-key': 'demo-key-1', 'x-forwarded-for': 'ignored' }
     // Concurrent, so a loaded machine's slow requests cannot let the bucket refill (10/s) in between.

@@ -1,7 +1,7 @@
 import type { FunctionLibrary } from './library.js'
 import type { LoadedScript } from './scripts.js'
 import { isLibraryLoaded, isTransientRefusal, type ClientPort, type MasterPort } from './client/port.js'
-import type { DebugLog } from '../port.js'
+import type { StartupLog } from '../port.js'
 import { awaitWithin } from '../../util/await-within.js'
 
 /** A reload that has not settled by then no longer holds off the next one (a hung master). */
@@ -37,7 +37,7 @@ export class ScriptRoute {
   readonly #client: ClientPort
   #functions = true
   #loading: Promise<void> | undefined
-  #log: DebugLog | undefined
+  #log: StartupLog | undefined
 
   constructor (client: ClientPort, batch: LoadedScript, lone: readonly LoadedScript[], library: FunctionLibrary) {
     this.#client = client
@@ -47,7 +47,7 @@ export class ScriptRoute {
   }
 
   /** Where a change of route is logged (the application's logger, from ready(), even when Redis was not there then). */
-  useLog (log: DebugLog | undefined): void {
+  useLog (log: StartupLog | undefined): void {
     this.#log = log
   }
 

@@ -8,7 +8,7 @@ import { buildLibrary } from './library.js'
 import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type Adjustment, type DebugLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type StartupLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -40,7 +40,7 @@ export function evictsLimiterKeys (maxmemory: string, policy: string): boolean {
  * when any can evict limiter keys early. A CONFIG refused (managed Redis that
  * renames it, an ACL without @admin) is not an error: a debug line, no warning.
  */
-async function checkEviction (masters: readonly MasterPort[], log: DebugLog | undefined): Promise<void> {
+async function checkEviction (masters: readonly MasterPort[], log: StartupLog | undefined): Promise<void> {
   const risky: string[] = []
   await Promise.all(masters.map(async ({ address, configGet }) => {
     try {
@@ -56,7 +56,7 @@ async function checkEviction (masters: readonly MasterPort[], log: DebugLog | un
 }
 
 /** Loads the library (or the scripts) on every master (a failed load is answered later by an EVAL) and checks eviction. */
-async function warmMasters (client: ClientPort, route: ScriptRoute, log: DebugLog | undefined): Promise<void> {
+async function warmMasters (client: ClientPort, route: ScriptRoute, log: StartupLog | undefined): Promise<void> {
   const masters = await client.masters()
   await Promise.all([route.load(masters), checkEviction(masters, log)])
 }
@@ -67,7 +67,7 @@ export class RedisStore implements Store {
   readonly #dispatcher: Dispatcher
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
-  #log: DebugLog | undefined
+  #log: StartupLog | undefined
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
@@ -152,17 +152,21 @@ export class RedisStore implements Store {
    * that is not ready, so it would otherwise never connect (a node-redis client
    * is never connected by the store: the application's own connect() would
    * then throw). Redis being absent
-   * does not fail ready(): requests then follow onRedisError until the client
+   * does not fail ready() (one warning says so): requests then follow onRedisError until the client
    * connects by itself, and a call that meets "Function not found" loads the library where the load missed.
    * In the same bounded wait, each master's maxmemory-policy is read (see checkEviction).
    */
-  async warmUp (log?: DebugLog, maxWaitMs = WARM_UP_MS): Promise<void> {
+  async warmUp (log?: StartupLog, maxWaitMs = WARM_UP_MS): Promise<void> {
     const client = this.#client
     const deadline = performance.now() + maxWaitMs
     this.#route.useLog(log)
     this.#log = log
     if (!client.isReady()) await client.whenReady(maxWaitMs)
-    if (!client.isReady()) return
+    if (!client.isReady()) {
+      // Else nothing above debug says so until the first request degrades.
+      log?.warn({ err: new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.state()} at ready()`) }, 'rate limiter: Redis is not ready at startup; each route answers by its onRedisError until the client connects')
+      return
+    }
     await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')
   }
 

@@ -12,6 +12,7 @@ import { CHANNELS, type StoreErrorMessage } from '../lib/index.js'
 import { buildApp, TestClock, listenChannel } from './helpers/app.js'
 import { adminClient, pluginClient, startServer, type ManagedServer } from './helpers/topologies.js'
 import { PERIOD_CLOCK } from '../lib/store/periods.js'
+import { HOST_CLOCK } from '../lib/options.js'
 
 const COOLDOWN = 250
 
@@ -116,4 +117,28 @@ test('a probe that never reached Redis (store overloaded) lets the next decision
   errors.length = 0
   t.same(await statuses(app, '/closed', 'after-overload', 3), [200, 200, 429], 'the next decision probes, Redis answers, the breaker closes')
   t.same(errors, [])
+})
+
+test('a host clock stepped back while the breaker is open does not keep it open: its cooldown is monotonic', async (t) => {
+  const label = 'cbstep'
+  const server = await startServer([], { label })
+  const redis = pluginClient('recommended', server.port)
+  // No test clock: the plugin runs on this host's clock, which this test steps back 2 h below.
+  let stepMs = 0
+  const app = await buildApp({ redis, prefix: label, [HOST_CLOCK]: () => Date.now() - stepMs } as object)
+  app.get('/open', { config: { rateLimit: { algorithm: 'fixed-window', limit: 2, window: '1h', by: 'header:x-id' } } }, async () => 'ok')
+  await app.ready()
+  const errors = listenChannel<StoreErrorMessage>(t, CHANNELS.storeError)
+  t.teardown(async () => {
+    server.resume()
+    await app.close()
+    redis.disconnect()
+    await server.stop()
+  })
+  await openBreaker(t, { app, server, errors } as unknown as Rig)
+  stepMs = 2 * 3_600_000
+  await sleep(COOLDOWN + 50)
+  errors.length = 0
+  t.same(await statuses(app, '/open', 'after-step', 3), [200, 200, 429], 'a cooldown later the probe closes the breaker and Redis decides')
+  t.same(errors, [], 'no decision skipped by an open breaker')
 })

@@ -75,7 +75,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
   for (const route of ROUTES) {
     for (const user of run.schedule.users) {
       const stream = all.filter((o) => o.route === route && o.r.user === user)
-      if (route.algorithm === 'concurrency') checkSlots(run, stream, faultNear, add, label)
+      if (route.algorithm === 'concurrency') checkSlots(run, stream, faultNear, restarts, add, label)
       else checkRates(run, route, user, stream, faultNear, resets, restarts, add, label)
     }
   }
@@ -169,20 +169,31 @@ function checkBans (run: Run, all: Obs[], restarts: Run['faults'], add: Add, lab
   }
 }
 
-function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, add: Add, label: (o: Obs) => string): void {
+function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
   const lease = DEFAULTS.leaseMs
   const killedAt = (o: Obs): number => Math.min(...(run.down[o.r.inst] ?? []).map(([a]) => a).filter((a) => a >= o.lo), Infinity)
   for (const q of stream) {
     // Never more than N (= 1) in flight: two admissions held their slots at once.
     if (q.outcome === 'admitted' && q.s?.tDec !== undefined) {
       const other = stream.find((r) => r !== q && r.outcome === 'admitted' && r.s?.tDec !== undefined && r.s.tDec < q.s!.tDec! && r.s.tEnd > q.s!.tDec! + CHARGE_MS)
-      if (other !== undefined) add('concurrency-bound', `${label(q)} admitted while ${label(other)} held the only slot`)
+      // A Redis restart between the two decisions lost the slot (no persistence): declared, like any state lost there.
+      const lost = other !== undefined && restarts.some((x) => x.start >= other.s!.tDec! - CHARGE_MS && x.start <= q.s!.tDec!)
+      if (other !== undefined && !lost) add('concurrency-bound', `${label(q)} admitted while ${label(other)} held the only slot`)
     }
     if (q.outcome !== 'refused') continue
     if (faultNear(q.lo - 2 * DEFAULTS.timeoutMs, q.hi) !== undefined) continue
     // A refusal needs something of the caller's possibly in flight: its own requests, a killed instance's slots until their lease ends.
+    // A release held up by a Redis fault (a decision given up on, or the end of a request, during it) on an
+    // instance killed before that fault ended never reaches Redis: the connection died with the instance, and
+    // Redis drops a dead client's postponed commands. The slot is the killed instance's until its lease ends,
+    // although the response came back.
+    const orphaned = (r: Obs): boolean => {
+      const fault = (r.outcome === 'admitted' ? undefined : faultNear(r.lo, r.hi)) ??
+        (r.end === undefined ? undefined : faultNear(r.end, r.end + CHARGE_MS))
+      return fault !== undefined && killedAt(r) <= fault.end + DEFAULTS.timeoutMs
+    }
     const holder = stream.find((r) => r !== q && r.lo <= q.hi && (r.outcome === 'admitted' || r.outcome === 'degraded-open' || r.outcome === 'unknown') &&
-      (r.end !== undefined ? Math.max(r.end, r.hi) + CHARGE_MS : Math.min(killedAt(r) + lease, r.lo + CLIENT_TIMEOUT_MS + lease)) >= q.lo)
+      (r.end !== undefined && !orphaned(r) ? Math.max(r.end, r.hi) + CHARGE_MS : Math.min(killedAt(r) + lease, r.lo + CLIENT_TIMEOUT_MS + lease)) >= q.lo)
     if (holder === undefined) add('no-slot-refusal-when-idle', `${label(q)}: 429 with nothing of the caller's in flight`)
   }
 }
@@ -218,7 +229,8 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
       // give-backs only when certainly applied before q, charged at its earliest.
       const events: ModelEvent[] = []
       for (const r of stream) {
-        if (r === q || r.lo >= q.hi || resetBetween(r.hi, q.lo, true)) continue
+        // r.lo == q.hi: the same turn's batch, in which r may be decided first.
+        if (r === q || r.lo > q.hi || resetBetween(r.hi, q.lo, true)) continue
         if (r.outcome !== 'admitted' && r.outcome !== 'degraded-open' && r.outcome !== 'degraded-closed' && r.outcome !== 'unknown') continue
         events.push({ kind: 'charge', at: Math.min(r.hi, q.lo), cost: r.r.cost })
         if (r.end !== undefined && r.delta < 0 && r.end + GIVE_BACK_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + GIVE_BACK_MS) === undefined) {

@@ -184,8 +184,8 @@ function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, restarts: Ru
     if (faultNear(q.lo - 2 * DEFAULTS.timeoutMs, q.hi) !== undefined) continue
     // A refusal needs something of the caller's possibly in flight: its own requests, a killed instance's slots until their lease ends.
     // A release held up by a Redis fault (a decision given up on, or the end of a request, during it) on an
-    // instance killed before that fault ended never reaches Redis: the connection died with the instance, and
-    // Redis drops a dead client's postponed commands. The slot is the killed instance's until its lease ends,
+    // instance killed before that fault ended may never run: it waited behind the fault on a connection that
+    // died with the instance (seeds 1248787101, 1896854235: the slot stayed). The slot is the killed instance's until its lease ends,
     // although the response came back.
     const orphaned = (r: Obs): boolean => {
       const fault = (r.outcome === 'admitted' ? undefined : faultNear(r.lo, r.hi)) ??

@@ -11,7 +11,7 @@ import { MAX_PREFIX_LENGTH } from './keys/layout.js'
 import { PERIOD_CLOCK } from './store/periods.js'
 import type {
   FailurePolicy,
-  HeaderMode,
+  HeaderFormat,
   ReplyBuilder,
   RateLimitBlock,
   RateLimitHook,
@@ -28,8 +28,8 @@ import {
   shown
 } from './policy/validate.js'
 import {
-  choice, HEADER_MODES, integerOption, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
-  resolveAllowList, resolveBreaker, resolveConfigKey, resolveDenyCache, resolveHashSecret, STORES
+  choice, integerOption, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
+  resolveAllowList, resolveBreaker, resolveConfigKey, resolveDenyCache, resolveHashSecret, resolveHeaders, STORES
 } from './options/fields.js'
 
 /** Plugin options after validation, with every default filled in. */
@@ -40,7 +40,8 @@ export interface ResolvedOptions {
   defaultLimit: RateLimitBlock | RateLimitBlock[] | undefined
   onRedisError: FailurePolicy
   timeout: number
-  headers: HeaderMode
+  /** The header formats to send, in the order they are written; [] sends none. */
+  headers: readonly HeaderFormat[]
   user: IdentityFunction | undefined
   apiKey: IdentityFunction | undefined
   ipv6Subnet: number
@@ -184,7 +185,7 @@ function resolveIdentity (
 
 /** How refusals are sent: headers, replyBuilder or the error handler. */
 function resolveReplies (options: Input): Pick<ResolvedOptions, 'headers' | 'replyBuilder' | 'useErrorHandler'> {
-  const headers = choice('headers', options.headers ?? 'ietf', HEADER_MODES)
+  const headers = resolveHeaders(options.headers)
   const replyBuilder = options.replyBuilder
   if (replyBuilder !== undefined && typeof replyBuilder !== 'function') {
     throw new FST_RRL_INVALID_OPTION('replyBuilder', `must be a function (request, refusal) => { body, headers? } (got ${typeof replyBuilder})`)

@@ -24,7 +24,7 @@ test('every plugin option is validated at register with a coded error naming it'
     [{ prefix: 'x'.repeat(21) }, /`prefix`/],
     [{ timeout: 0 }, /`timeout`/],
     [{ timeout: 1.5 }, /`timeout`/],
-    [{ headers: 'draft-7' }, /`headers`/],
+    [{ headers: 'draft-8' }, /`headers`/],
     [{ onRedisError: 'maybe' }, /`onRedisError`/],
     [{ ipv6Subnet: 200 }, /`ipv6Subnet`/],
     [{ user: 'id' }, /`user`/],

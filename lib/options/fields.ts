@@ -3,6 +3,7 @@ import type { BreakerOptions } from '../decide/circuit-breaker.js'
 import { parseWindow } from '../policy/duration.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'
+import type { HeaderFormat } from '../types.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
 import { choiceProblem, shown } from '../policy/validate.js'
 
@@ -49,7 +50,38 @@ export function integerOption (
 }
 
 export const STORES = ['redis', 'memory'] as const
-export const HEADER_MODES = ['ietf', 'legacy', 'both', false] as const
+/** The header formats, in the order a combination is written. */
+export const HEADER_FORMATS = ['ietf', 'draft-6', 'draft-7', 'legacy'] as const satisfies readonly HeaderFormat[]
+
+/** Formats that send one field name in two syntaxes (reply/headers.ts FORMATS; test/header-modes.test.ts holds the two to each other). */
+const HEADER_CLASHES: ReadonlyArray<[HeaderFormat, HeaderFormat, string]> = [
+  ['ietf', 'draft-6', 'RateLimit-Policy'],
+  ['ietf', 'draft-7', 'RateLimit and RateLimit-Policy']
+]
+
+const HEADER_VALUES = "'ietf', 'draft-6', 'draft-7', 'legacy', 'both', false, or an array of formats (e.g. ['draft-6', 'legacy'])"
+
+/**
+ * `headers`: the formats to send, in HEADER_FORMATS order; [] for false.
+ * `'both'` is ietf and legacy. A combination may not send one field name in two syntaxes.
+ */
+export function resolveHeaders (value: unknown): readonly HeaderFormat[] {
+  if (value === undefined) return ['ietf']
+  if (value === false) return []
+  if (value === 'both') return ['ietf', 'legacy']
+  const listed: unknown[] = Array.isArray(value) ? value : [value]
+  const formats = HEADER_FORMATS.filter((format) => listed.includes(format))
+  if (formats.length === 0 || formats.length !== listed.length) {
+    const got = Array.isArray(value) ? JSON.stringify(value) : shown(value)
+    throw new FST_RRL_INVALID_OPTION('headers', `must be ${HEADER_VALUES}, each format once (got ${got})`)
+  }
+  for (const [a, b, fields] of HEADER_CLASHES) {
+    if (formats.includes(a) && formats.includes(b)) {
+      throw new FST_RRL_INVALID_OPTION('headers', `cannot combine '${a}' and '${b}': both send ${fields}, in different syntaxes (a client would read one as the other). Allowed: ${HEADER_VALUES}; 'ietf' combines only with 'legacy'`)
+    }
+  }
+  return formats
+}
 
 /** `value` when it is one of `choices`, else the coded option error with the shared message. */
 export function choice<T extends string | false> (name: string, value: unknown, choices: readonly T[]): T {

@@ -1,155 +1,50 @@
 import type { FastifyReply } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
-import { retryAfterSeconds, secondsCeil, shownRemaining, type Charge } from '../decide/decision-math.js'
 import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
-import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
-import type { HeaderMode } from '../types.js'
+import type { HeaderFormat } from '../types.js'
+import {
+  draftResetSeconds, nextSeconds, policyValues, remainingShown, reportingBinding, resetSeconds, runHeader, type RunHeader
+} from './header-items.js'
 
 /*
- * The only module that knows header syntax: IETF httpapi-ratelimit-headers
- * draft-10 (Structured Fields) and the legacy X-RateLimit-* trio. Every string
- * is rendered here from the runs' numbers and cached: per run (a WeakMap, so a
- * run made for an override or a requestLimit is rendered once and dropped with
- * it) and per compiled run list (the RateLimit-Policy value).
+ * The only module that knows header syntax: one writer per header format
+ * (`'ietf'`: IETF httpapi-ratelimit-headers draft-10 Structured Fields;
+ * `'draft-6'` and `'draft-7'` as express-rate-limit sends them; `'legacy'`:
+ * X-RateLimit-*), each rendering the header items of header-items.ts. The
+ * writer is chosen once at startup; a combination runs its formats' writers
+ * in turn (options/fields.ts refuses two formats that send one field name
+ * in two syntaxes).
  *
- * - `t` is the seconds until `r` grows by one unit (draft-10 §4.1.2: "until
- *   additional quota is made available"), from each decision's nextMs; omitted
- *   when the quota is full. A penalty's `t` is its retry delay.
+ * draft-10 (`'ietf'`):
  * - RateLimit-Policy lists every enforced policy of the request's run list, in
  *   declaration order, on every response (draft §3: it SHOULD stay consistent).
  * - RateLimit lists every enforced policy when admitted; on a refusal only the
  *   refusing ones, each `t` no later than Retry-After (draft §6).
- * - Shadow policies are never shown: they must not make clients slow down.
- * - The legacy trio shows the binding policy; X-RateLimit-Reset keeps "until
- *   fully restored" (admitted) or the retry delay (refused).
- * - No field on a 3xx (draft §6: a low `r` could stop a client following it).
- * - A concurrency block states its slots (`qu="concurrent-requests"`, no `w`, no `t`).
+ * The single-valued formats report the binding block; draft-6 and -7's
+ * RateLimit-Policy lists the rate blocks (see integerPolicy).
+ * Shadow policies are never shown: they must not make clients slow down.
+ * No field on a 3xx (draft §6: a low `r` could stop a client following it).
  */
-
-/** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
-export function sfString (value: string): string {
-  return '"' + value.replace(/[\\"]/g, '\\$&') + '"'
-}
-
-/** What the headers state of one run, rendered once from its numbers. */
-interface RunHeader {
-  /** `"name"`: the block's name as a Structured Fields string. */
-  name: string
-  /** The `RateLimit-Policy` list member: `"name";q=100;w=60` (plus `;frrl-tier="pro"`: a vendor-prefixed extension parameter, draft-10 §3.1). */
-  item: string
-  /** `q`: the limit, or the burst capacity for token-bucket and gcra. */
-  quota: number
-  /** `w` in seconds: the window, or the time to refill the burst; a calendar period's current length. */
-  windowSeconds: number
-  /** A calendar period's start these strings were rendered for (a new period renders again). */
-  periodStart?: number
-}
 
 /**
- * A block's quota as the headers state it: `q` units per `w` seconds. For
- * token-bucket and gcra the quota is the burst capacity and `w` the time to
- * refill it from empty (burst × window / limit), so `r` never exceeds `q` and
- * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
+ * Writes the quota headers of one decision. `evaluation.decisions[i]` is
+ * undefined when block i was not decided (a local deny-cache answer knows only
+ * the blocks it holds); `evaluation.binding` is the block the single-valued formats report.
  */
-function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
-  if (run.algorithm === 'concurrency') return renderSlots(run, block)
-  const { limit, burst } = run.params
-  const windowMs = run.period?.lengthMs() ?? run.params.windowMs
-  const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
-  const quota = bursty ? burst : limit
-  const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
-  const name = sfString(block.name)
-  const item = `${name};q=${quota};w=${windowSeconds}` + (run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`)
-  const header: RunHeader = { name, item, quota, windowSeconds }
-  if (run.period !== undefined) header.periodStart = run.period.bounds()[1]
-  return header
-}
+export type HeaderWriter = (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void
 
-/**
- * A concurrency block: `"name";q=N;qu="concurrent-requests"` (draft-10's
- * registered quota unit), no `w`: slots do not refill over time. `r` is the
- * free slots; no `t` (nextMs is 0: a slot frees when a request ends). The
- * legacy reset of a refusal is its Retry-After, 1 s.
- */
-function renderSlots (run: BlockRun, block: CompiledBlock): RunHeader {
-  const name = sfString(block.name)
-  const quota = run.params.limit
-  const item = `${name};q=${quota};qu="concurrent-requests"` + (run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`)
-  return { name, item, quota, windowSeconds: 1 }
-}
-
-/** A run belongs to one block, so the run alone keys its strings. */
-const runHeaders = new WeakMap<BlockRun, RunHeader>()
-
-function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
-  let header = runHeaders.get(run)
-  if (header === undefined || (run.period !== undefined && header.periodStart !== run.period.bounds()[1])) {
-    header = renderRun(run, block)
-    runHeaders.set(run, header)
-  }
-  return header
-}
-
-/** The `RateLimit-Policy` value: the enforced runs; '' = send none. */
-function joinItems (policy: CompiledPolicy, runs: readonly BlockRun[]): string {
-  let value = ''
-  for (let i = 0; i < runs.length; i++) {
-    const run = runs[i]
-    const block = policy.blocks[i]
-    if (run === undefined || block === undefined || run.shadow) continue
-    value += (value === '' ? '' : ', ') + runHeader(run, block).item
-  }
-  return value
-}
-
-/** The `RateLimit-Policy` value of each compiled run list (policy.runs and tierRuns), filled per policy on first use. */
-const listValues = new WeakMap<readonly BlockRun[], string>()
-const filled = new WeakSet<CompiledPolicy>()
-
-function fill (policy: CompiledPolicy): void {
-  filled.add(policy)
-  // A list with a calendar period is joined per request: its `w` changes with the period.
-  for (const list of [policy.runs, ...policy.tierRuns?.values() ?? []]) {
-    if (!list.some((run) => run.period !== undefined)) listValues.set(list, joinItems(policy, list))
-  }
-}
-
-/** `RateLimit-Policy`: every enforced block of the run list, whatever was decided (a deny-cache answer too). */
-function policyValue (input: DecisionInput): string {
-  const { policy, runs } = input
-  const value = listValues.get(runs)
-  if (value !== undefined) return value
-  if (!filled.has(policy)) fill(policy)
-  // A run list made for one request (a runtime override, requestLimit) is not a compiled one: join its runs' items.
-  return listValues.get(runs) ?? joinItems(policy, runs)
-}
-
-/**
- * X-RateLimit-Reset: seconds until the quota is fully restored (admitted) or
- * until this policy admits again (refused), at most `w`. Only a penalty may
- * say more (the documented exception): the client must wait it out. Capping
- * matters for the sliding window, whose weighted previous window can keep part
- * of the quota busy up to one more window; Retry-After on a 429 stays exact.
- */
-function resetSeconds (decision: RawDecision, header: RunHeader): number {
-  const seconds = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
-  return decision.penalized === true ? seconds : Math.min(seconds, header.windowSeconds)
-}
-
-/** `r`: units left, never more than `q` (a fresh token bucket reports its capacity). */
-function remainingShown (decision: RawDecision, cost: number, charge: Charge, header: RunHeader): number {
-  return Math.min(shownRemaining(decision, cost, charge), header.quota)
-}
+const ietfPolicy = policyValues((header) => header.item)
 
 /** `;t=<seconds until r grows by one>`, '' when the quota is full; on a refusal never later than Retry-After. */
 function nextParam (decision: RawDecision, retrySeconds: number | undefined): string {
-  const seconds = decision.penalized === true ? retryAfterSeconds(decision.retryAfterMs) : secondsCeil(decision.nextMs)
+  const seconds = nextSeconds(decision)
   if (seconds === 0) return ''
   return `;t=${retrySeconds === undefined ? seconds : Math.min(seconds, retrySeconds)}`
 }
 
-/** `RateLimit`: every enforced block decided; on a refusal only the refusing ones. */
+/** draft-10 `RateLimit`: every enforced block decided; on a refusal only the refusing ones. */
 function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
   const { policy, runs, costs } = input
   const { decisions, charge, rejected } = evaluation
@@ -168,52 +63,102 @@ function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
   return value
 }
 
-/**
- * Writes the quota headers of one decision. `evaluation.decisions[i]` is
- * undefined when block i was not decided (a local deny-cache answer knows only
- * the blocks it holds); `evaluation.binding` is the block the legacy headers report.
- */
-export type HeaderWriter = (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void
-
 const writeIetf: HeaderWriter = (reply, input, evaluation) => {
-  const policyHeader = policyValue(input)
+  const policyHeader = ietfPolicy(input)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
   const value = rateLimitValue(input, evaluation)
   if (value !== '') reply.header('ratelimit', value)
 }
 
-const writeLegacy: HeaderWriter = (reply, input, evaluation) => {
-  const { binding } = evaluation
-  const run = input.runs[binding]
-  const decision = evaluation.decisions[binding]
-  const block = input.policy.blocks[binding]
-  const cost = input.costs[binding]
-  if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) return
-  const header = runHeader(run, block)
+/** Whether a rate block before block `i` already lists this quota. */
+function quotaListed (quota: number, i: number, runs: readonly BlockRun[], policy: CompiledPolicy): boolean {
+  for (let j = 0; j < i; j++) {
+    const run = runs[j]
+    const block = policy.blocks[j]
+    if (run === undefined || block === undefined || run.shadow) continue
+    const header = runHeader(run, block)
+    if (!header.slots && header.quota === quota) return true
+  }
+  return false
+}
+
+/**
+ * draft-6 and -7's RateLimit-Policy: `100;w=60, 1000;w=3600`, an Integer item
+ * per rate block. Concurrency blocks are left out (their `w` is REQUIRED
+ * there, and slots have none), and so is a block whose quota an earlier one
+ * already lists ("Two quota policies MUST NOT be associated with the same
+ * quota units value").
+ */
+const integerPolicy = policyValues((header, i, runs, policy) => {
+  if (header.slots || quotaListed(header.quota, i, runs, policy)) return ''
+  return `${header.quota};w=${header.windowSeconds}${header.tierParam}`
+})
+
+function writeIntegerPolicy (reply: FastifyReply, input: DecisionInput): void {
+  const value = integerPolicy(input)
+  if (value !== '') reply.header('ratelimit-policy', value)
+}
+
+/** draft-6's trio: `RateLimit-Limit: 100`, `RateLimit-Remaining: 40`, `RateLimit-Reset: 20`. */
+const writeDraft6Fields = reportingBinding((reply, header: RunHeader, remaining, reset) => {
+  reply.header('ratelimit-limit', header.quota)
+  reply.header('ratelimit-remaining', remaining)
+  reply.header('ratelimit-reset', reset)
+}, draftResetSeconds)
+
+const writeDraft6: HeaderWriter = (reply, input, evaluation) => {
+  writeIntegerPolicy(reply, input)
+  writeDraft6Fields(reply, input, evaluation)
+}
+
+/** draft-7's Dictionary: `RateLimit: limit=100, remaining=40, reset=20`. */
+const writeDraft7Field = reportingBinding((reply, header, remaining, reset) => {
+  reply.header('ratelimit', `limit=${header.quota}, remaining=${remaining}, reset=${reset}`)
+}, draftResetSeconds)
+
+const writeDraft7: HeaderWriter = (reply, input, evaluation) => {
+  writeIntegerPolicy(reply, input)
+  writeDraft7Field(reply, input, evaluation)
+}
+
+/** X-RateLimit-Limit/Remaining/Reset; the reset is capped at `w` on a refusal too (resetSeconds). */
+const writeLegacy = reportingBinding((reply, header, remaining, reset) => {
   reply.header('x-ratelimit-limit', header.quota)
-  reply.header('x-ratelimit-remaining', remainingShown(decision, cost, evaluation.charge, header))
-  reply.header('x-ratelimit-reset', resetSeconds(decision, header))
+  reply.header('x-ratelimit-remaining', remaining)
+  reply.header('x-ratelimit-reset', reset)
+}, resetSeconds)
+
+/** Field syntaxes, by what a parser must understand: one name in two syntaxes never goes out together. */
+const SF_NAMED_LIST = 'a List of named items (draft-8 to -11)'
+const SF_INTEGER_LIST = 'a List of Integer items with w (draft-6, -7)'
+const INTEGER = 'an Integer'
+
+interface Format {
+  /** Each field the format sends, lower case, with its syntax. */
+  fields: Readonly<Record<string, string>>
+  write: HeaderWriter
 }
 
-const writeBoth: HeaderWriter = (reply, input, evaluation) => {
-  writeIetf(reply, input, evaluation)
-  writeLegacy(reply, input, evaluation)
+/** The header formats: what each sends and its writer. */
+export const FORMATS: Readonly<Record<HeaderFormat, Format>> = {
+  ietf: { fields: { 'ratelimit-policy': SF_NAMED_LIST, ratelimit: SF_NAMED_LIST }, write: writeIetf },
+  'draft-6': {
+    fields: { 'ratelimit-policy': SF_INTEGER_LIST, 'ratelimit-limit': INTEGER, 'ratelimit-remaining': INTEGER, 'ratelimit-reset': INTEGER },
+    write: writeDraft6
+  },
+  'draft-7': { fields: { 'ratelimit-policy': SF_INTEGER_LIST, ratelimit: 'a Dictionary of limit, remaining and reset (draft-7)' }, write: writeDraft7 },
+  legacy: { fields: { 'x-ratelimit-limit': INTEGER, 'x-ratelimit-remaining': INTEGER, 'x-ratelimit-reset': INTEGER }, write: writeLegacy }
 }
-
-const writeNone: HeaderWriter = () => {}
-
-const IETF_FIELDS = ['ratelimit', 'ratelimit-policy']
-const LEGACY_FIELDS = ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']
 
 /**
  * An onSend hook that drops the fields from a 3xx (304 included): the status is
  * known only once the handler (or an etag plugin's onSend) has set it.
- * Undefined when the mode writes no field.
+ * Undefined when no format is sent.
  */
-export function redirectGuard (mode: HeaderMode): ((request: unknown, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => void) | undefined {
-  if (mode === false) return undefined
-  const fields = mode === 'ietf' ? IETF_FIELDS : mode === 'legacy' ? LEGACY_FIELDS : [...IETF_FIELDS, ...LEGACY_FIELDS]
+export function redirectGuard (formats: readonly HeaderFormat[]): ((request: unknown, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => void) | undefined {
+  if (formats.length === 0) return undefined
+  const fields = [...new Set(formats.flatMap((format) => Object.keys(FORMATS[format].fields)))]
   return function rateLimitRedirectGuard (_request, reply, payload, done) {
     const status = reply.statusCode
     if (status >= 300 && status < 400) for (const field of fields) reply.removeHeader(field)
@@ -221,12 +166,15 @@ export function redirectGuard (mode: HeaderMode): ((request: unknown, reply: Fas
   }
 }
 
-/** Picks the writer once at startup, so requests never branch on the mode. */
-export function headerWriter (mode: HeaderMode): HeaderWriter {
-  switch (mode) {
-    case 'ietf': return writeIetf
-    case 'legacy': return writeLegacy
-    case 'both': return writeBoth
-    default: return writeNone
+const writeNone: HeaderWriter = () => {}
+
+/** Picks the writer once at startup, so requests never branch on the formats. */
+export function headerWriter (formats: readonly HeaderFormat[]): HeaderWriter {
+  const writers = formats.map((format) => FORMATS[format].write)
+  const [only] = writers
+  if (only === undefined) return writeNone
+  if (writers.length === 1) return only
+  return (reply, input, evaluation) => {
+    for (let i = 0; i < writers.length; i++) writers[i]?.(reply, input, evaluation)
   }
 }

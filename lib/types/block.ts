@@ -8,7 +8,19 @@ export type IdentityFunction = (request: FastifyRequest) => string | undefined |
 export type IdentityPartSpec = 'ip' | 'user' | 'api-key' | `header:${string}` | `param:${string}` | `body:${string}` | IdentityFunction
 
 export type FailurePolicy = 'open' | 'closed' | 'local'
-export type HeaderMode = 'ietf' | 'legacy' | 'both' | false
+/**
+ * One header format: `'ietf'` (draft-10 `RateLimit-Policy` / `RateLimit`),
+ * `'draft-6'` (`RateLimit-Limit/Remaining/Reset` + `RateLimit-Policy`),
+ * `'draft-7'` (`RateLimit: limit=…, remaining=…, reset=…` + `RateLimit-Policy`),
+ * `'legacy'` (`X-RateLimit-*`).
+ */
+export type HeaderFormat = 'ietf' | 'draft-6' | 'draft-7' | 'legacy'
+/**
+ * The `headers` option: one format, `'both'` (`['ietf', 'legacy']`), several
+ * formats (never two that send one field in two syntaxes: `'ietf'` with
+ * `'draft-6'` or `'draft-7'`), or `false` for none.
+ */
+export type HeaderMode = HeaderFormat | 'both' | false | readonly HeaderFormat[]
 /** `'enforce'` refuses over-limit requests; `'shadow'` decides and records but never refuses. */
 export type RateLimitMode = 'enforce' | 'shadow'
 /** The request lifecycle stage the decision runs at (plugin option and block field `hook`). */

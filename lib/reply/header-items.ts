@@ -1,0 +1,187 @@
+import type { FastifyReply } from 'fastify'
+import type { RawDecision } from '../store/algorithms.js'
+import { retryAfterSeconds, secondsCeil, shownRemaining, type Charge } from '../decide/decision-math.js'
+import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { BlockRun } from '../store/port.js'
+
+/*
+ * The header items: what each block contributes to the quota headers (name,
+ * quota, window, concurrency, tier; per decision the units left, the reset and
+ * the next unit), as numbers and strings rendered once per run. Each header
+ * format (headers.ts) renders these; none computes them itself.
+ *
+ * - `t`'s seconds are until `r` grows by one unit (draft-10 §4.1.2: "until
+ *   additional quota is made available"), from each decision's nextMs; 0 when
+ *   the quota is full. A penalty's is its retry delay.
+ * - The reset of the single-valued formats (legacy, draft-6, draft-7) keeps
+ *   "until fully restored" (admitted) or the retry delay (refused).
+ * - A concurrency block states its slots (`qu="concurrent-requests"`, no `w`, no `t`).
+ */
+
+/** A Structured Fields string: printable ASCII with `"` and `\` escaped. */
+export function sfString (value: string): string {
+  return '"' + value.replace(/[\\"]/g, '\\$&') + '"'
+}
+
+/** What the headers state of one run, rendered once from its numbers. */
+export interface RunHeader {
+  /** `"name"`: the block's name as a Structured Fields string. */
+  name: string
+  /** The draft-10 `RateLimit-Policy` list member: `"name";q=100;w=60` (plus the tier parameter). */
+  item: string
+  /** `;frrl-tier="pro"`: a vendor-prefixed extension parameter (draft-10 §3.1), '' without a tier. */
+  tierParam: string
+  /** `q`: the limit, or the burst capacity for token-bucket and gcra; a concurrency block's slots. */
+  quota: number
+  /** `w` in seconds: the window, or the time to refill the burst; a calendar period's current length. 1 for slots (the legacy reset's cap). */
+  windowSeconds: number
+  /** A concurrency block: slots, not units per window (no `w`). */
+  slots: boolean
+  /** A calendar period's start these strings were rendered for (a new period renders again). */
+  periodStart?: number
+}
+
+/**
+ * A block's quota as the headers state it: `q` units per `w` seconds. For
+ * token-bucket and gcra the quota is the burst capacity and `w` the time to
+ * refill it from empty (burst × window / limit), so `r` never exceeds `q` and
+ * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
+ */
+function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
+  if (run.algorithm === 'concurrency') return renderSlots(run, block)
+  const { limit, burst } = run.params
+  const windowMs = run.period?.lengthMs() ?? run.params.windowMs
+  const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
+  const quota = bursty ? burst : limit
+  const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
+  const name = sfString(block.name)
+  const tierParam = run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`
+  const header: RunHeader = { name, item: `${name};q=${quota};w=${windowSeconds}${tierParam}`, tierParam, quota, windowSeconds, slots: false }
+  if (run.period !== undefined) header.periodStart = run.period.bounds()[1]
+  return header
+}
+
+/**
+ * A concurrency block: `"name";q=N;qu="concurrent-requests"` (draft-10's
+ * registered quota unit), no `w`: slots do not refill over time. `r` is the
+ * free slots; no `t` (nextMs is 0: a slot frees when a request ends). The
+ * single-valued formats' reset of a refusal is its Retry-After, 1 s.
+ */
+function renderSlots (run: BlockRun, block: CompiledBlock): RunHeader {
+  const name = sfString(block.name)
+  const quota = run.params.limit
+  const tierParam = run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`
+  return { name, item: `${name};q=${quota};qu="concurrent-requests"${tierParam}`, tierParam, quota, windowSeconds: 1, slots: true }
+}
+
+/** A run belongs to one block, so the run alone keys its strings. */
+const runHeaders = new WeakMap<BlockRun, RunHeader>()
+
+export function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
+  let header = runHeaders.get(run)
+  if (header === undefined || (run.period !== undefined && header.periodStart !== run.period.bounds()[1])) {
+    header = renderRun(run, block)
+    runHeaders.set(run, header)
+  }
+  return header
+}
+
+/** `r`: units left, never more than `q` (a fresh token bucket reports its capacity). */
+export function remainingShown (decision: RawDecision, cost: number, charge: Charge, header: RunHeader): number {
+  return Math.min(shownRemaining(decision, cost, charge), header.quota)
+}
+
+/**
+ * The single-valued formats' reset: seconds until the quota is fully restored
+ * (admitted) or until this policy admits again (refused), at most `w`. Only a
+ * penalty may say more (the documented exception): the client must wait it
+ * out. Capping matters for the sliding window, whose weighted previous window
+ * can keep part of the quota busy up to one more window; Retry-After on a 429 stays exact.
+ */
+export function resetSeconds (decision: RawDecision, header: RunHeader): number {
+  const seconds = decision.allowed ? secondsCeil(decision.resetMs) : retryAfterSeconds(decision.retryAfterMs)
+  return decision.penalized === true ? seconds : Math.min(seconds, header.windowSeconds)
+}
+
+/**
+ * draft-6 and -7's reset: resetSeconds, but on a refusal exactly Retry-After
+ * (draft-6, Server Behavior: "the RateLimit-Reset header field value SHOULD reference the
+ * same point in time as the Retry-After field value"; -7 says it of `reset`).
+ */
+export function draftResetSeconds (decision: RawDecision, header: RunHeader, evaluation: Evaluation): number {
+  return evaluation.rejected ? evaluation.retrySeconds : resetSeconds(decision, header)
+}
+
+/** Seconds until `r` grows by one (0 when the quota is full); a penalty's is its retry delay. */
+export function nextSeconds (decision: RawDecision): number {
+  return decision.penalized === true ? retryAfterSeconds(decision.retryAfterMs) : secondsCeil(decision.nextMs)
+}
+
+/** Writes the single-valued fields from the reported block's numbers. */
+export type SingleFields = (reply: FastifyReply, header: RunHeader, remaining: number, reset: number) => void
+
+/** How a single-valued format counts its reset (resetSeconds or draftResetSeconds). */
+export type ResetOf = (decision: RawDecision, header: RunHeader, evaluation: Evaluation) => number
+
+/**
+ * A writer of a single-valued format: it reports the binding block (combine's
+ * rule: the refusing block with the latest retry, else the one with the
+ * fewest units left; draft-6 §"RateLimit-Limit": "the service limit that is
+ * closest to reaching its limit"), nothing when that block is a shadow one or
+ * was not decided.
+ */
+export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void {
+  return (reply, input, evaluation) => {
+    const { binding } = evaluation
+    const run = input.runs[binding]
+    const decision = evaluation.decisions[binding]
+    const block = input.policy.blocks[binding]
+    const cost = input.costs[binding]
+    if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) return
+    const header = runHeader(run, block)
+    write(reply, header, remainingShown(decision, cost, evaluation.charge, header), resetOf(decision, header, evaluation))
+  }
+}
+
+/** A `RateLimit-Policy` value: each enforced block's list member joined; '' = send none. */
+export type PolicyValue = (input: DecisionInput) => string
+
+/** Renders block `i`'s list member, '' to leave it out (`runs` and `policy` let it look at the blocks before it). */
+export type PolicyMember = (header: RunHeader, i: number, runs: readonly BlockRun[], policy: CompiledPolicy) => string
+
+/**
+ * A format's `RateLimit-Policy` value, cached per compiled run list (policy.runs
+ * and tierRuns, filled per policy on first use). The same on every response of
+ * a route (draft §3: it SHOULD stay consistent), whatever was decided.
+ */
+export function policyValues (member: PolicyMember): PolicyValue {
+  const listValues = new WeakMap<readonly BlockRun[], string>()
+  const filled = new WeakSet<CompiledPolicy>()
+  const join = (policy: CompiledPolicy, runs: readonly BlockRun[]): string => {
+    let value = ''
+    for (let i = 0; i < runs.length; i++) {
+      const run = runs[i]
+      const block = policy.blocks[i]
+      if (run === undefined || block === undefined || run.shadow) continue
+      const item = member(runHeader(run, block), i, runs, policy)
+      if (item !== '') value += (value === '' ? '' : ', ') + item
+    }
+    return value
+  }
+  const fill = (policy: CompiledPolicy): void => {
+    filled.add(policy)
+    // A list with a calendar period is joined per request: its `w` changes with the period.
+    for (const list of [policy.runs, ...policy.tierRuns?.values() ?? []]) {
+      if (!list.some((run) => run.period !== undefined)) listValues.set(list, join(policy, list))
+    }
+  }
+  return (input) => {
+    const { policy, runs } = input
+    const value = listValues.get(runs)
+    if (value !== undefined) return value
+    if (!filled.has(policy)) fill(policy)
+    // A run list made for one request (a runtime override, requestLimit) is not a compiled one: join its runs' items.
+    return listValues.get(runs) ?? join(policy, runs)
+  }
+}

@@ -15,7 +15,7 @@ import { test, type Test } from 'tap'
 import Fastify from 'fastify'
 import { parseRateLimit, type RateLimit } from 'ratelimit-header-parser'
 import { parseDictionary, parseItem, parseList } from 'structured-headers'
-import rateLimit, { type HeaderFormat, type HeaderMode, type RateLimitBlock, type RateLimitDecision } from '../lib/index.js'
+import rateLimit, { type AnyRateLimitBlock, type HeaderFormat, type HeaderMode, type RateLimitBlock, type RateLimitDecision } from '../lib/index.js'
 import { HEADER_FORMATS } from '../lib/options/fields.js'
 import { FORMATS } from '../lib/reply/headers.js'
 import { setupRedisApp, type TestClock } from './helpers/app.js'
@@ -32,7 +32,7 @@ interface Answer {
   after: number
 }
 
-type Routes = Record<string, RateLimitBlock | RateLimitBlock[]>
+type Routes = Record<string, AnyRateLimitBlock | AnyRateLimitBlock[]>
 
 /** An app on the test Redis sending `headers`, listening on a loopback port; `get` fetches a path. */
 async function serve (t: Test, headers: HeaderMode, routes: Routes, handler: () => Promise<string> = async () => 'ok'): Promise<{ get: (path: string) => Promise<Answer>, clock: TestClock }> {

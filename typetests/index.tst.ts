@@ -16,6 +16,7 @@ import rateLimit, {
   type AnyRateLimitBlock,
   type DecisionMessage,
   type FailurePolicy,
+  type HeaderFormat,
   type HeaderMode,
   type IdentityFunction,
   type IdentityPartSpec,
@@ -94,6 +95,8 @@ describe('the plugin', () => {
       replyBuilder: (request, refusal) => ({ body: { error: refusal.statusCode, path: request.url, policy: refusal.decision.policy }, headers: { 'x-retry': refusal.retryAfter } }),
       notFound: [{ limit: 20, window: '1m' }]
     })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { headers: 'draft-6' })).type.not.toRaiseError()
+    expect(app.register(rateLimit, { headers: ['draft-7', 'legacy'] })).type.not.toRaiseError()
     expect(app.register(rateLimit, { allowList: async (request) => request.headers['x-internal'] === 'yes', useErrorHandler: true, notFound: { limit: 5, window: 1000 } })).type.not.toRaiseError()
     expect(app.register(rateLimit, { redis: cluster, store: 'memory', hashSecret: Buffer.alloc(32), denyCache: false, headers: false, circuitBreaker: false, onRedisError: 'local' })).type.not.toRaiseError()
   })
@@ -113,6 +116,8 @@ describe('the plugin', () => {
     expect(app.register(rateLimit, { timeout: '50ms' })).type.toRaiseError()
     expect(app.register(rateLimit, { headers: 'draft' })).type.toRaiseError()
     expect(app.register(rateLimit, { headers: true })).type.toRaiseError()
+    expect(app.register(rateLimit, { headers: 'draft-8' })).type.toRaiseError()
+    expect(app.register(rateLimit, { headers: ['both'] })).type.toRaiseError()
     expect(app.register(rateLimit, { user: 'user' })).type.toRaiseError()
     expect(app.register(rateLimit, { user: (request: FastifyRequest) => 42 })).type.toRaiseError()
     expect(app.register(rateLimit, { apiKey: true })).type.toRaiseError()
@@ -289,7 +294,8 @@ describe('every exported type', () => {
     expect<AlgorithmName>().type.toBe<'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra'>()
     expect(ALGORITHMS).type.toBe<readonly ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra']>()
     expect<FailurePolicy>().type.toBe<'open' | 'closed' | 'local'>()
-    expect<HeaderMode>().type.toBe<'ietf' | 'legacy' | 'both' | false>()
+    expect<HeaderMode>().type.toBe<'ietf' | 'draft-6' | 'draft-7' | 'legacy' | 'both' | false | readonly HeaderFormat[]>()
+    expect<HeaderFormat>().type.toBe<'ietf' | 'draft-6' | 'draft-7' | 'legacy'>()
     expect<RateLimitMode>().type.toBe<'enforce' | 'shadow'>()
     expect<TieredCount>().type.toBeAssignableFrom<number>()
     expect<TieredCount>().type.toBeAssignableFrom<{ default: number, pro: number }>()

@@ -62,6 +62,7 @@ const TYPE_EXPORTS = [
   'AnyRateLimitBlock',
   'DecisionMessage',
   'FailurePolicy',
+  'HeaderFormat',
   'HeaderMode',
   'IdentityFunction',
   'IdentityPartSpec',

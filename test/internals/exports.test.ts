@@ -86,6 +86,8 @@ const TYPE_EXPORTS = [
   'RateLimitPluginOptions',
   'RateLimitPolicyDecision',
   'RateLimitRefusal',
+  'RateLimitRefusalError',
+  'RateLimitRefusalErrorConstructor',
   'RateLimitReply',
   'RateLimitRouteTarget',
   'RateLimitSlot',

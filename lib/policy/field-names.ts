@@ -134,7 +134,7 @@ function misplaced (name: string, place: NamePlace): Hint {
 }
 
 /** Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours, one each. */
-export function editDistance (a: string, b: string): number {
+function editDistance (a: string, b: string): number {
   let before: number[] = []
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
   for (let i = 1; i <= a.length; i++) {

@@ -1,5 +1,6 @@
 import createError from '@fastify/error'
 import processWarning from 'process-warning'
+import type { RateLimitRefusalError, RateLimitRefusalErrorConstructor } from './types/errors.js'
 
 /*
  * Every configuration error fails register or ready, never a request. Messages
@@ -164,25 +165,35 @@ export const FST_RRL_REPLY_BUILDER_FAILED = createError(
 )
 
 /**
+ * A refusal's class. Typed with the fields `createRefuse` (reply/problem.ts)
+ * sets on every instance it throws, so `instanceof` narrows to them.
+ */
+function refusalError<C extends RateLimitRefusalError['code'], SC extends RateLimitRefusalError['statusCode']> (
+  code: C, message: string, statusCode: SC
+): RateLimitRefusalErrorConstructor<C, SC> {
+  return createError(code, message, statusCode) as RateLimitRefusalErrorConstructor<C, SC>
+}
+
+/**
  * `useErrorHandler: true`: the refusals, handed to Fastify's error handler
  * (`setErrorHandler`). `statusCode` 429 / 503 / 403 (a ban), `rateLimit`
  * carries the decision, `retryAfter` the seconds also sent in `Retry-After`
  * (0 for a 403, which sends none). A ban's 429 is FST_RRL_RATE_LIMITED with
  * `rateLimit.outcome` `'banned'`.
  */
-export const FST_RRL_RATE_LIMITED = createError(
+export const FST_RRL_RATE_LIMITED = refusalError(
   'FST_RRL_RATE_LIMITED',
   'Rate limit exceeded; retry in %s second(s)',
   429
 )
 
-export const FST_RRL_LIMITER_UNAVAILABLE = createError(
+export const FST_RRL_LIMITER_UNAVAILABLE = refusalError(
   'FST_RRL_LIMITER_UNAVAILABLE',
   'The rate limiter is temporarily unavailable; retry in %s second(s)',
   503
 )
 
-export const FST_RRL_BANNED = createError(
+export const FST_RRL_BANNED = refusalError(
   'FST_RRL_BANNED',
   'Requests from this client are refused by an operator ban',
   403

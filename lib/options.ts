@@ -6,6 +6,7 @@ import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
 import { DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS } from './store/algorithms.js'
 import { parseWindow } from './policy/duration.js'
+import { OPTION_NAMES, unknownNameMessage } from './policy/field-names.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
 import { MAX_PREFIX_LENGTH } from './keys/layout.js'
 import { PERIOD_CLOCK } from './store/periods.js'
@@ -82,14 +83,6 @@ export interface ResolvedOptions {
   /** How long a concurrency slot lasts without a renewal (ms). */
   lease: number
 }
-
-/** Every plugin option (docs/options.md documents each; test/docs/readme.test.ts checks). */
-export const OPTION_NAMES: ReadonlySet<string> = new Set([
-  'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
-  'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch',
-  'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
-  'useErrorHandler', 'notFound', 'lease'
-])
 
 type Input = Record<string, unknown>
 
@@ -221,7 +214,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
   const options = (input ?? {}) as Input
   for (const name of Object.keys(options)) {
     if (!OPTION_NAMES.has(name)) {
-      throw new FST_RRL_INVALID_OPTION(name, `is not an option (known: ${[...OPTION_NAMES].join(', ')})`)
+      throw new FST_RRL_INVALID_OPTION(name, unknownNameMessage(name, 'option'))
     }
   }
   for (const flag of ['printPolicies', 'metrics', 'batchWrites', 'useErrorHandler'] as const) {

@@ -7,6 +7,7 @@ export type { AlgorithmName } from './store/algorithms.js'
 export * from './types/block.js'
 export * from './types/options.js'
 export * from './types/api.js'
+export * from './types/errors.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

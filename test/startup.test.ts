@@ -218,3 +218,80 @@ test('valid durations and identity parts compile', async (t) => {
   const summaries = app.rateLimit.policies().filter((p) => p.method !== 'HEAD')
   t.same(summaries.slice(0, windows.length).map((p) => p.limit !== false && p.limit.windowMs), [500, 1000, 60_000, 900_000, 3_600_000, 86_400_000, 250])
 })
+
+/** What startup rejects with: the plugin registered with `options`, one route declaring `block` (none when undefined). */
+async function startupError (options: Record<string, unknown>, block?: unknown): Promise<(Error & { code?: string }) | undefined> {
+  const app = Fastify()
+  try {
+    await app.register(rateLimit, { store: 'memory', ...options } as never)
+    if (block !== undefined) app.get('/orders/:id', { config: { rateLimit: block as never } }, ok)
+    await app.ready()
+  } catch (error) {
+    return error as Error & { code?: string }
+  } finally {
+    await app.close().catch(() => {})
+  }
+  return undefined
+}
+
+test('an unknown route block field is named with a hint: a near miss, a peer\'s name, a plugin option', async (t) => {
+  const byIp = (): string => 'x'
+  const cases: Array<[unknown, string, RegExp]> = [
+    [{ limt: 5, window: '1m' }, 'limt', /did you mean `limit`\? \(known: limit, window,/],
+    [{ limit: 5, window: '1m', algorithm: 'token-bucket', burts: 3 }, 'burts', /did you mean `burst`\?/],
+    [{ limit: 5, period: 'day', timezone: 'UTC' }, 'timezone', /did you mean `timeZone`\?/],
+    [{ max: 5, timeWindow: '1m' }, 'max', /did you mean `limit`\? `max` is @fastify\/rate-limit's name.*a `max` function is `requestLimit` here/],
+    [{ limit: 5, timeWindow: '1 minute' }, 'timeWindow', /did you mean `window`\? @fastify\/rate-limit's `timeWindow`: the same strings/],
+    [{ limit: 5, windowMs: 60_000 }, 'windowMs', /did you mean `window`\? express-rate-limit's `windowMs` is milliseconds; `window` takes milliseconds or a string/],
+    [{ limit: 5, window: '1m', keyGenerator: byIp }, 'keyGenerator', /did you mean `by`\?/],
+    [{ limit: 5, window: '1m', allowList: ['10.0.0.1'] }, 'allowList', /did you mean `skip`\?.*the plugin option `allowList`/],
+    [{ limit: 5, window: '1m', skipFailedRequests: true }, 'skipFailedRequests', /did you mean `refundOn`\?/],
+    [{ limit: 5, window: '1m', exponentialBackoff: true }, 'exponentialBackoff', /did you mean `penalty`\?/],
+    [{ limit: 5, window: '1m', ipv6Subnet: 56 }, 'ipv6Subnet', /did you mean the plugin option `ipv6Subnet`\? It is set once at register/],
+    [{ limit: 5, window: '1m', user: byIp }, 'user', /did you mean `by: 'user'`\?/],
+    [[{ limit: 5, window: '1m' }, { limt: 50, window: '1h' }], 'rateLimit\\[1\\]\\.limt', /did you mean `limit`\?/]
+  ]
+  for (const [block, field, message] of cases) {
+    const error = await startupError({}, block)
+    const label = JSON.stringify(block)
+    t.equal(error?.code, 'FST_RRL_INVALID_BLOCK', label)
+    t.match(error?.message, new RegExp(`route GET /orders/:id: \`${field}\` is not a rate limit field; ${message.source}`), label)
+  }
+  const far = await startupError({}, { limit: 5, window: '1m', frobnicate: 1 })
+  t.match(far?.message, /`frobnicate` is not a rate limit field \(known: limit, window,/, 'no hint when nothing is near')
+})
+
+test('an unknown field of defaultLimit or globalLimits fails register with the same hint', async (t) => {
+  const fromDefault = await startupError({ defaultLimit: { max: 100, timeWindow: '1m' } })
+  t.equal(fromDefault?.code, 'FST_RRL_INVALID_BLOCK')
+  t.match(fromDefault?.message, /\(from defaultLimit\): `max` is not a rate limit field; did you mean `limit`\?/)
+  const global = await startupError({ globalLimits: [{ limit: 100, windowMs: 60_000 }] })
+  t.equal(global?.code, 'FST_RRL_INVALID_BLOCK')
+  t.match(global?.message, /globalLimits\[0\]: `windowMs` is not a rate limit field; did you mean `window`\?/)
+})
+
+test('an unknown plugin option is named with a hint: a near miss, a block field, a peer\'s name', async (t) => {
+  const cases: Array<[Record<string, unknown>, string, RegExp]> = [
+    [{ timout: 100 }, 'timout', /did you mean `timeout`\?/],
+    [{ allowlist: ['10.0.0.1'] }, 'allowlist', /did you mean `allowList`\?/],
+    [{ limit: 5 }, 'limit', /did you mean a block's `limit`\? Blocks are defaultLimit, globalLimits/],
+    [{ window: '1m' }, 'window', /did you mean a block's `window`\?/],
+    [{ max: 100, timeWindow: '1 minute' }, 'max', /did you mean `defaultLimit: \{ limit, window \}`\? @fastify\/rate-limit's `max` is a block's `limit` here/],
+    [{ timeWindow: '1 minute' }, 'timeWindow', /did you mean `defaultLimit: \{ limit, window \}`\?/],
+    [{ windowMs: 60_000 }, 'windowMs', /did you mean `defaultLimit: \{ limit, window \}`\? express-rate-limit's `windowMs` is milliseconds/],
+    [{ keyGenerator: () => 'x' }, 'keyGenerator', /did you mean the options `user` and `apiKey`, or a block's `by`\?/],
+    [{ global: false }, 'global', /did you mean `defaultLimit`\?/],
+    [{ nameSpace: 'app' }, 'nameSpace', /did you mean `prefix`\?/],
+    [{ skip: () => false }, 'skip', /did you mean `allowList`\?/],
+    [{ skipOnError: true }, 'skipOnError', /did you mean `onRedisError`\?/],
+    [{ errorResponseBuilder: () => ({}) }, 'errorResponseBuilder', /did you mean `replyBuilder` \(or `useErrorHandler`\)\?/],
+    [{ standardHeaders: true }, 'standardHeaders', /did you mean `headers`\?/]
+  ]
+  for (const [options, name, message] of cases) {
+    const error = await startupError(options)
+    t.equal(error?.code, 'FST_RRL_INVALID_OPTION', name)
+    t.match(error?.message, new RegExp(`option \`${name}\` is not an option; ${message.source}`), name)
+  }
+  const far = await startupError({ redisClient: {} })
+  t.match(far?.message, /`redisClient` is not an option \(known: redis, store,/, 'no hint when nothing is near')
+})

@@ -16,6 +16,7 @@ import {
   shown
 } from './validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
+import { BLOCK_FIELDS, unknownNameMessage } from './field-names.js'
 import { runAtLimit, type RunSpec } from './run.js'
 import { burstOf, isTiered, limitOf, readShape, tierRuns, type Shape } from './shape.js'
 import { readSettle, type SettleFunction } from './settle-field.js'
@@ -28,12 +29,6 @@ export { FALLBACK_TIER } from './block-fields.js'
  * A bad block throws FST_RRL_INVALID_BLOCK naming the route and the field, so
  * bad configuration fails startup, never a request.
  */
-
-/** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
-export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
-  'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
-  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart', 'concurrency'
-])
 
 export type RefundPredicate = (reply: FastifyReply) => boolean
 
@@ -124,7 +119,7 @@ function readFields (block: unknown, position: BlockPosition, fail: Fail): Field
   }
   const input = block as Fields
   for (const field of Object.keys(input)) {
-    if (!BLOCK_FIELDS.has(field)) fail(field, `is not a rate limit field (known: ${[...BLOCK_FIELDS].join(', ')})`)
+    if (!BLOCK_FIELDS.has(field)) fail(field, unknownNameMessage(field, 'block'))
   }
   return input
 }

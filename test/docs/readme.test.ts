@@ -1,8 +1,7 @@
 import { test } from 'tap'
 import { readFileSync } from 'node:fs'
-import { BLOCK_FIELDS } from '../../lib/policy/block.js'
 import * as errors from '../../lib/errors.js'
-import { OPTION_NAMES } from '../../lib/options.js'
+import { BLOCK_FIELDS, HINTED_NAMES, OPTION_NAMES } from '../../lib/policy/field-names.js'
 
 const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8')
 const readme = read('README.md')
@@ -25,6 +24,18 @@ test('every plugin option and route block field has a row in docs/options.md', a
   }
   for (const field of BLOCK_FIELDS) {
     t.match(optionsPage, new RegExp(`\\| \`${field}\` \\|`), `field ${field}`)
+  }
+})
+
+test('every name with a "did you mean" entry is in the table of docs/errors.md, in its column', async (t) => {
+  const section = errorsPage.split('## Unknown options and fields')[1] ?? ''
+  const rows = [...section.matchAll(/^\| (.+?) \| (.+?) \| (.+?) \|$/gm)].slice(2)
+  t.ok(HINTED_NAMES.block.length >= 20 && HINTED_NAMES.option.length >= 20, 'the tables are the real ones')
+  for (const [place, column] of [['block', 2], ['option', 3]] as const) {
+    for (const name of HINTED_NAMES[place]) {
+      const row = rows.find((cells) => (cells[1] as string).includes(`\`${name}\``) && !(cells[column] as string).startsWith('—'))
+      t.ok(row, `${place} ${name}`)
+    }
   }
 })
 

@@ -87,6 +87,8 @@ const TYPE_EXPORTS = [
   'RateLimitPluginOptions',
   'RateLimitPolicyDecision',
   'RateLimitRefusal',
+  'RateLimitRefusalError',
+  'RateLimitRefusalErrorConstructor',
   'RateLimitReply',
   'RateLimitRouteTarget',
   'RateLimitSlot',

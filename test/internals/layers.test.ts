@@ -63,6 +63,7 @@ const ALLOWED: Record<string, readonly string[]> = {
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
 const TYPES_ALSO: Record<string, readonly string[]> = {
+  errors: ['types'],
   store: ['types'],
   keys: ['types'],
   policy: ['types', 'decide'],

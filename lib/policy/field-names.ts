@@ -41,7 +41,7 @@ const NOTES = {
   onRedisError: '\'open\' (the default) admits while Redis fails, \'closed\' answers 503, \'local\' limits per instance.',
   channel: 'It publishes every decision with its outcome.',
   status: 'Refusals are 429, 503 or 403; send another status from setErrorHandler.',
-  headers: 'It names the header formats to send, e.g. \'ietf\' (the default), \'legacy\' (X-RateLimit-*) or false (docs/options.md); there are no per-header switches.'
+  headers: 'It names the header formats to send: \'ietf\' (the default), \'draft-6\' or \'draft-7\' (as express-rate-limit\'s standardHeaders), \'legacy\' (X-RateLimit-*), an array of them, or false (docs/replies.md#header-formats); there are no per-header switches.'
 }
 const CHANNEL = hint('the `fastify-redis-rate-limit:decision` diagnostics channel', NOTES.channel)
 const REPLY = hint('the plugin option `replyBuilder` (or `useErrorHandler`)')

@@ -178,7 +178,8 @@ export function trackEnd (request: FastifyRequest, reply: FastifyReply, ending: 
       runtime.failures.report(request.log, { err: error, route: ending.policy.route }, 'rate limit end of request failed: usage not changed')
     })
   }
-  // Closed already (the client left while the store decided): no 'close' event is coming.
-  if (raw.closed || raw.destroyed || request.raw.destroyed) queueMicrotask(fire)
+  // Closed already (the client left while the store decided): no 'close' event is coming. A request
+  // stream destroyed after its body was read is not a departure: Node destroys it once consumed.
+  if (raw.closed || raw.destroyed || (request.raw.destroyed && !request.raw.complete)) queueMicrotask(fire)
   else raw.once('close', fire)
 }

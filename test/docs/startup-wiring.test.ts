@@ -18,8 +18,7 @@ import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fastifyRedis from '@fastify/redis'
 import { Redis } from 'ioredis'
-import { awaitWithin } from '../../lib/util/await-within.js'
-import { blockModule, root, tsBlocks, type Block } from '../helpers/doc-blocks.js'
+import { blockModule, root, tsBlocks, within, type Block } from '../helpers/doc-blocks.js'
 import { freePort, spawnOwned } from '../helpers/processes.js'
 import { RECOMMENDED_OPTIONS, startServer, waitFor, type ManagedServer } from '../helpers/topologies.js'
 
@@ -30,13 +29,6 @@ function blockOf (file: string, pattern: RegExp): Block {
   const found = blocks.filter((block) => block.file === file && pattern.test(block.code))
   if (found.length !== 1) throw new Error(`${found.length} ts blocks of ${file} match ${String(pattern)}`)
   return found[0] as Block
-}
-
-/** The value, or the outcome's error thrown: a wait that overruns `ms` fails the test instead of hanging it. */
-async function within<T> (value: PromiseLike<T>, ms: number, what: string): Promise<T> {
-  const outcome = await awaitWithin(value, ms, what)
-  if (!outcome.ok) throw outcome.error
-  return outcome.value as T
 }
 
 const SNIPPETS = [
@@ -50,8 +42,11 @@ for (const { name, block } of SNIPPETS) {
     const before = process.env.REDIS_URL
     process.env.REDIS_URL = `redis://127.0.0.1:${port}`
     t.teardown(() => { if (before === undefined) delete process.env.REDIS_URL; else process.env.REDIS_URL = before })
-    // Importing the module runs the snippet: its registration must not wait for Redis.
-    const file = blockModule('startup', block.code, '\nexport { app }\n')
+    // Importing the module runs the snippet (up to its listen, left out so routes can be added here):
+    // its registration must not wait for Redis.
+    const code = block.code.replace(/^await app\.listen\(.*\)\n/m, '')
+    t.not(code, block.code, 'the snippet without its listen')
+    const file = blockModule('startup', code, '\nexport { app }\n')
     const { app } = await within(import(pathToFileURL(file).href) as Promise<{ app: FastifyInstance }>, 5000, 'the snippet')
     const later: { server?: ManagedServer } = {}
     t.teardown(async () => { await app.close(); await later.server?.stop() })

@@ -1,28 +1,13 @@
 import { test } from 'tap'
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { anchors, documents, prose, read, root } from '../helpers/doc-blocks.js'
 
-const root = fileURLToPath(new URL('../..', import.meta.url))
-const read = (file: string): string => readFileSync(join(root, file), 'utf8')
-const pages = readdirSync(join(root, 'docs')).filter((name) => name.endsWith('.md')).sort().map((name) => `docs/${name}`)
-const documents = ['README.md', 'CONTRIBUTING.md', ...pages]
-
-/** Text outside fenced code blocks: headings and links in code are not the document's. */
-const prose = (text: string): string => text.replace(/^```[\s\S]*?^```$/gm, '')
-
-/** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
-function anchors (text: string): Set<string> {
-  const out = new Set<string>()
-  for (const [, heading] of prose(text).matchAll(/^#{1,6} (.+)$/gm)) {
-    out.add((heading as string).trim().toLowerCase().replace(/`/g, '').replace(/[^\p{L}\p{N}_\- ]/gu, '').replace(/ /g, '-'))
-  }
-  return out
-}
+const pages = documents().filter((file) => file.startsWith('docs/'))
 
 test('every relative link of the documents reaches a file, and a heading in it', async (t) => {
   let checked = 0
-  for (const file of documents) {
+  for (const file of documents()) {
     for (const [, target] of prose(read(file)).matchAll(/\]\(([^)\s]+)\)/g)) {
       if (/^[a-z]+:/.test(target as string)) continue // https:, mailto:
       const [path, anchor] = (target as string).split('#') as [string, string | undefined]

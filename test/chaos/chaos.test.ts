@@ -13,6 +13,7 @@ import { testSeeds } from './report.js'
  * 1 the breaker left open by a WRONGTYPE probe; 4 a throwing metrics exporter, an
  * override lifted by a fast clock, a slot kept after a stall; 5 a slot kept, a give-back
  * in the next window; 18 a deny-cache entry kept after a give-back. All four also found
- * constrained routes sharing a counter.
+ * constrained routes sharing a counter. 4 and 5 also find a slot released at admission on a POST
+ * decided at preHandler (a consumed request stream taken for a client that left).
  */
 testSeeds(t, [1, 4, 5, 18])

@@ -114,8 +114,9 @@ for (const route of ROUTES) {
   if (route.maxCost > 1) block.cost = (request: { headers: Record<string, unknown> }) => Math.max(1, header(request, 'x-cost'))
   if (route.settle === true) block.settle = (request: { headers: Record<string, unknown> }) => header(request, 'x-use')
   if (route.refundOn === true) block.refundOn = (reply: { statusCode: number }) => reply.statusCode >= 500
+  if (route.body === true) block.hook = 'preHandler'
   app.route({
-    method: 'GET',
+    method: route.body === true ? 'POST' : 'GET',
     url: route.url,
     ...(route.host !== undefined ? { constraints: { host: route.host } } : {}),
     config: { rateLimit: block as never },

@@ -25,6 +25,8 @@ export interface ChaosRoute {
   refundOn?: boolean
   /** The highest `x-cost` the generator sends. */
   maxCost: number
+  /** A POST with a JSON body, decided at `preHandler` (after the body is read; Node destroys a consumed request stream). */
+  body?: true
 }
 
 export const ROUTES: readonly ChaosRoute[] = [
@@ -34,7 +36,7 @@ export const ROUTES: readonly ChaosRoute[] = [
   { id: 'tb', url: '/tb', algorithm: 'token-bucket', limit: 6, windowMs: 3_600_000, onRedisError: 'open', settle: true, maxCost: 6 },
   { id: 'gcra', url: '/gcra', algorithm: 'gcra', limit: 4, windowMs: 1000, onRedisError: 'open', refundOn: true, maxCost: 1 },
   { id: 'day', url: '/day', algorithm: 'fixed-window', period: 'day', limit: 12, windowMs: 86_400_000, onRedisError: 'closed', maxCost: 1 },
-  { id: 'conc', url: '/conc', algorithm: 'concurrency', limit: 1, windowMs: 60_000, onRedisError: 'open', maxCost: 1 },
+  { id: 'conc', url: '/conc', algorithm: 'concurrency', limit: 1, windowMs: 60_000, onRedisError: 'open', maxCost: 1, body: true },
   { id: 'ta', url: '/tenant', host: 'a.chaos', algorithm: 'fixed-window', limit: 20, windowMs: 1000, onRedisError: 'open', maxCost: 1 },
   { id: 'tb2', url: '/tenant', host: 'b.chaos', algorithm: 'fixed-window', limit: 3, windowMs: 1000, onRedisError: 'closed', maxCost: 1 }
 ]

@@ -53,7 +53,9 @@ async function fire (fleet: Fleet, agent: Agent, r: ChaosRequest): Promise<Clien
     const response = await send(`http://127.0.0.1:${port}${route.url}`, {
       dispatcher: agent,
       signal: controller.signal,
+      ...(route.body === true ? { method: 'POST' as const, body: JSON.stringify({ req: r.id }) } : {}),
       headers: {
+        ...(route.body === true ? { 'content-type': 'application/json' } : {}),
         host: route.host ?? 'chaos',
         'x-req': String(r.id),
         'x-user': r.user,

@@ -1,9 +1,10 @@
--- The multi-limit driver: every block of one request in one call, all-or-nothing.
--- `decideAll` is shared by the multi script (`multi`, this driver on its own,
--- which the multi-limit property test holds to the memory store) and the batch
--- script (batch.lua, for decisions of several blocks).
+-- Several blocks of one request in one call, all-or-nothing: decideAll, for
+-- the batch driver's decisions of several blocks (paths.lua). The multi-limit
+-- property test drives it on its own (test/helpers/lua.ts, its multi script):
+--@requires sub tonumber DECISION_STRIDE
+--@provides modeOf decideAll
 --
--- The multi script's layout:
+-- The test's multi script's layout:
 --   KEYS[i]   state key of block i (all keys of one request share one hash tag)
 --   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
 --   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
@@ -51,20 +52,4 @@ local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n,
     end
   end
   return out
-end
-
--- The multi script: its ARGV layout (above) into decideAll's arrays.
-local function multi (KEYS, ARGV)
-  local now = nowMs(ARGV[1])
-  local mode, chargedAt = modeOf(ARGV[2])
-  local n = #KEYS
-  local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
-  for i = 1, n do
-    local b = 2 + (i - 1) * MULTI_STRIDE
-    fns[i] = algorithm(tonumber(ARGV[b + 1]))
-    -- a concurrency block's cost is the request's slot id (never a number)
-    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
-    shadows[i] = ARGV[b + 6] == '1'
-  end
-  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
 end

@@ -17,6 +17,8 @@
 --     max(windowMs, until - now + the last penalty), so it vanishes then too.
 --
 -- Shadow blocks and peeks never count refusals; refunds ignore penalties.
+--@requires call match tonumber floor min format
+--@provides penaltyRead penaltyRefused
 local function penaltySpec (spec)
   local a, f, b, m = match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
   return tonumber(a), tonumber(f), tonumber(b), tonumber(m)

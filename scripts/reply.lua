@@ -1,5 +1,7 @@
 -- A call's reply, for the batch script and a lone decision's script (their
 -- layout: batch.lua's header; protocol.ts splitBatchReply reads it).
+--@requires REPLY_PACK
+--@provides errorText out emit
 
 -- A failed decision's reply text, whatever redis.call raised (a table with
 -- `err`, or a Lua error): the decision answers this text alone.

@@ -5,6 +5,8 @@
 -- (strtod) cost about 18k instructions per call (benchmarks/instructions.ts).
 -- At most SPEC_CACHE_MAX texts are kept (limits given per request vary).
 -- Returns { algorithm number, limit, windowMs, burst, shadow (boolean), penalty }.
+--@requires match tonumber
+--@provides blockSpec
 local SPEC_CACHE_MAX = 1024
 local specCache, specCount = {}, 0
 local function blockSpec (text)

@@ -30,7 +30,7 @@ import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
-import { loadScripts } from '../../lib/store/redis/scripts.js'
+import { loadScripts } from '../helpers/lua.js'
 import {
   ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
   type AlgorithmName, type BlockParams, type RawDecision

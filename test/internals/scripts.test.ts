@@ -10,14 +10,15 @@ import { test } from 'tap'
 import { readdirSync } from 'node:fs'
 import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
-import { buildBatchScript, buildMultiScript, loadLoneScripts, loadScripts, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript, loadLoneScripts, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { buildMultiScript, loadScripts } from '../helpers/lua.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
 const files = readSources()
-const sources = files.algorithms
+const sources = Object.fromEntries(ALGORITHMS.map((name) => [name, files[name].text])) as Record<AlgorithmName, string>
 const scripts = loadScripts(files)
 /** The drivers and the prelude every script starts with, beside the algorithm files. */
-const SHARED = ['batch.lua', 'concurrency.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
+const SHARED = ['batch.lua', 'batch-specs.lua', 'batch-loop.lua', 'clock.lua', 'concurrency.lua', 'lone.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
@@ -158,8 +159,8 @@ for (const name of ALGORITHMS) {
   })
 }
 
-test('prelude.lua: the one TIME call site, only when now is empty', async (t) => {
-  const src = stripComments(files.prelude)
+test('clock.lua: the one TIME call site, only when now is empty', async (t) => {
+  const src = stripComments(files.clock.text)
   const timeCalls = redisCalls(src).filter((c) => literal(c.args[0]) === 'TIME')
   t.equal(timeCalls.length, 1, 'one TIME call site')
   const guard = src.search(/if\s+arg\s*==\s*nil\s+or\s+arg\s*==\s*''\s+then/)

@@ -5,7 +5,8 @@
 -- penalty.lua and paths.lua): a script's top level runs on every call, and
 -- each closure it creates costs (benchmarks/instructions.ts), so a batch of
 -- straight decisions builds none.
---@requires KEYS ARGV now specs out emit errorText paths tonumber sFn sLimit sWindow sBurst sPenalty specOf SPEC_STRIDE DECISION_STRIDE ADJUST_STRIDE REPLY_PACK
+--@requires KEYS ARGV now specs emit errorText paths tonumber sFn sLimit sWindow sBurst sPenalty specOf SPEC_STRIDE DECISION_STRIDE ADJUST_STRIDE REPLY_PACK
+--@updates out
 
 out[1] = now
 local o = 1

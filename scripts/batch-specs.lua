@@ -3,7 +3,8 @@
 -- library runs it as the start of its batch function, where KEYS and ARGV are
 -- the function's arguments (a script reads them as locals the builder declares:
 -- a global's read is a table lookup, and the loop reads them per decision).
---@requires KEYS ARGV nowMs tonumber format blockSpec algorithm periodFn SPEC_STRIDE sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
+--@requires KEYS ARGV nowMs tonumber format blockSpec algorithm periodFn SPEC_STRIDE
+--@updates specOf numbered sFn sLimit sWindow sBurst sShadow sPenalty
 --@provides now specs
 
 local now = nowMs(ARGV[1])

@@ -1,4 +1,5 @@
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
+--@requires call pcallRedis floor min format find
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when

@@ -1,4 +1,5 @@
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
+--@requires call floor ceil format packNumbers unpackNumbers
 -- a fresh key admits `burst` units at once, then one unit every I ms.
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a

@@ -41,7 +41,7 @@ local function penaltyRefused (key, spec, w, now)
   local last = 0
   if offences > 0 then
     last = forMs
-    for k = 2, offences do last = min(maxMs, last * backoff) end
+    for _ = 2, offences do last = min(maxMs, last * backoff) end
     last = floor(last)
     -- quiet for as long as the last penalty after it ended: the offences are forgotten
     if now >= untilMs + last then
@@ -52,7 +52,7 @@ local function penaltyRefused (key, spec, w, now)
   if refusals >= after then
     offences = offences + 1
     local d = forMs
-    for k = 2, offences do d = min(maxMs, d * backoff) end
+    for _ = 2, offences do d = min(maxMs, d * backoff) end
     d = floor(min(maxMs, d))
     untilMs = now + d
     last = d

@@ -1,4 +1,5 @@
 -- sliding-log: one sorted-set entry per admitted unit, score = now (ms).
+--@requires call min format match find sub
 -- The chunk returns function (key, limit, w, burst, cost, now, mode) with numbers; mode 0 =
 --   charge, 1 = dry (decide and write nothing), 2 = refund, which sliding-log does not
 --   support: returns 0 and changes nothing. scripts.ts wraps it as a script of (KEYS, ARGV).

@@ -1,4 +1,5 @@
 -- sliding-window (counter): estimate = ceil(prev * (W - elapsed) / W) + cur, the previous
+--@requires call floor ceil format packNumbers unpackNumbers
 -- window's count weighted by the part of it still inside the trailing window, rounded up:
 -- a request of `cost` is admitted iff cur + cost <= limit and
 -- prev * (W - e) <= (limit - cur - cost) * W (e = elapsed in this window), so the weighted

@@ -7,10 +7,11 @@
  * unmodified assembled script).
  */
 import { test } from 'tap'
-import { readdirSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
-import { buildBatchScript, loadLoneScripts, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript, loadLoneScripts, parseFragment, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { luacheckConfig } from '../helpers/luacheckrc.js'
 import { buildMultiScript, loadScripts } from '../helpers/lua.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
@@ -389,4 +390,17 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   t.equal(outside.length, 1, 'beyond the periods sent: that decision fails, alone')
   t.match(String(outside[0]), /now is outside the calendar periods sent/)
   await client.del(periodKey)
+})
+
+test('the Lua build: .luacheckrc is what the declarations give; an undeclared or doubly declared local is refused; the prelude binds what it declares', async (t) => {
+  t.equal(readFileSync(new URL('../../.luacheckrc', import.meta.url), 'utf8'), luacheckConfig(), '.luacheckrc matches the fragments\' declarations (npx tsx test/helpers/luacheckrc.ts rewrites it)')
+  const missing = { ...files, 'batch-loop': parseFragment('batch-loop', `--@requires nowhere\n${files['batch-loop'].text}`) }
+  t.throws(() => buildBatchScript(missing), /batch-loop requires nowhere, which no part before it provides/)
+  const twice = { ...files, spec: parseFragment('spec', `--@provides emit\n${files.spec.text}`) }
+  t.throws(() => buildBatchScript(twice), /spec provides emit, already in scope/)
+  t.throws(() => parseFragment('x', '--@export y\n'), /unknown declaration --@export/)
+  const client = createClient(await getRedis())
+  t.teardown(() => { client.disconnect() })
+  const count = await client.eval(`${files.prelude.text}\nreturn #{ libraryFunctions() }`, 0)
+  t.equal(count, files.prelude.binds.length, 'libraryFunctions returns one value per --@binds name')
 })

@@ -13,8 +13,9 @@ export interface LoadedScript {
  * and the Functions library in library.ts), assembled from the fragments in
  * scripts/. Each fragment's header declares what it reads from the fragments
  * before it (`--@requires`) and the locals it leaves to the ones after it
- * (`--@provides`); the prelude also names the library functions it binds
- * (`--@binds`). `assemble` checks every declaration against the scope the
+ * (`--@provides`), and which of those earlier locals it assigns to or writes
+ * fields of (`--@updates`); the prelude also names the library functions it
+ * binds (`--@binds`). `assemble` checks every declaration against the scope the
  * fragment is placed in, so a fragment cannot read a local nobody declared,
  * and luacheck (npm run lint:lua, .luacheckrc from the same declarations)
  * checks that a fragment reads nothing beyond its declarations.
@@ -33,13 +34,14 @@ export interface Fragment {
   readonly text: string
   readonly requires: readonly string[]
   readonly provides: readonly string[]
+  readonly updates: readonly string[]
   readonly binds: readonly string[]
 }
 export type ScriptSources = Record<FragmentName, Fragment>
 
 /** A fragment's declarations: the `--@word names…` lines of its leading comment block. */
 export function parseFragment (name: string, text: string): Fragment {
-  const declared: Record<string, string[]> = { requires: [], provides: [], binds: [] }
+  const declared: Record<string, string[]> = { requires: [], provides: [], updates: [], binds: [] }
   for (const line of text.split('\n')) {
     if (!line.startsWith('--')) break
     if (!line.startsWith('--@')) continue
@@ -48,7 +50,7 @@ export function parseFragment (name: string, text: string): Fragment {
     if (list === undefined) throw new Error(`scripts/${name}.lua: unknown declaration --@${word}`)
     list.push(...names)
   }
-  return { name, text, requires: declared.requires as string[], provides: declared.provides as string[], binds: declared.binds as string[] }
+  return { name, text, requires: declared.requires as string[], provides: declared.provides as string[], updates: declared.updates as string[], binds: declared.binds as string[] }
 }
 
 export function readSources (): ScriptSources {
@@ -64,13 +66,13 @@ export function readSources (): ScriptSources {
 export const PRELUDE_CONSTANTS: Readonly<Record<string, number>> = { SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK, SLOT_RETRY_MS }
 
 /** A part of an artifact: a fragment, or text the builder writes with its own declarations. */
-export type Part = Fragment | { readonly name: string, readonly text: string, readonly requires: readonly string[], readonly provides: readonly string[], readonly scoped?: readonly Part[] }
+export type Part = Fragment | { readonly name: string, readonly text: string, readonly requires: readonly string[], readonly provides: readonly string[], readonly updates?: readonly string[] }
 
 /** Joins parts in order, each checked against the names in scope before it. */
 export function assemble (parts: readonly Part[], scope: Set<string> = new Set()): string {
   const texts: string[] = []
   for (const part of parts) {
-    for (const name of part.requires) {
+    for (const name of [...part.requires, ...part.updates ?? []]) {
       if (!scope.has(name)) throw new Error(`Lua build: ${part.name} requires ${name}, which no part before it provides`)
     }
     for (const name of part.provides) {

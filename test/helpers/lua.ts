@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
+import { REPLY_PACK } from '../../lib/store/redis/protocol.js'
 import { assemble, bindings, chunk, generated, PRELUDE_LINE, readSources, sharedTop, type LoadedScript, type ScriptSources } from '../../lib/store/redis/scripts.js'
 
 /** Values per block in the multi script's ARGV (after the two leading ones). */
@@ -61,3 +62,19 @@ export function buildMultiScript (sources: ScriptSources = readSources()): Loade
   const driver = assemble([sources.multi, generated('the multi driver', MULTI_DRIVER, [], ['nowMs', 'modeOf', 'algorithm', 'tonumber', 'decideAll'])], scope)
   return loaded(`#!lua\n-- multi-limit driver, assembled by test/helpers/lua.ts from scripts/*.lua\n${top}\n${driver}`)
 }
+
+/**
+ * Lua for a test harness around the batch script: `readBlock(r, o)` reads one
+ * block's values from the batch reply `r` after position o (batch.lua's reply
+ * layout: two, three or four values) and returns the next position and the
+ * five numbers allowed, remaining, resetMs, retryAfterMs, nextMs.
+ */
+export const READ_BLOCK_LUA = `local function readBlock (r, o)
+  local v = r[o + 1]
+  if type(v) ~= 'number' then error(tostring(v)) end
+  local a = v % 4
+  if a == 3 then return o + 2, 1, (v - 3) / 4, math.floor(r[o + 2] / ${REPLY_PACK}), 0, r[o + 2] % ${REPLY_PACK} end
+  if a == 1 then return o + 3, 1, (v - 1) / 4, r[o + 2], 0, r[o + 3] end
+  return o + 4, a, (v - a) / 4, r[o + 2], r[o + 3], r[o + 4]
+end
+`

@@ -32,7 +32,8 @@ import fc from 'fast-check'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
 import { buildBatchScript } from '../../lib/store/redis/scripts.js'
-import { REPLY_PACK, specText } from '../../lib/store/redis/protocol.js'
+import { specText } from '../../lib/store/redis/protocol.js'
+import { READ_BLOCK_LUA } from '../helpers/lua.js'
 import {
   ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
   type AlgorithmName, type BlockParams, type RawDecision
@@ -83,16 +84,13 @@ end
 local spec = ARGV[1]
 -- One decision of the production batch script (batch.lua's layout): '1' (cost 1), or '-2', spec 1, cost;
 -- its reply (now, then the block's two to four values) read back into allowed, remaining, reset, retry, next.
+${READ_BLOCK_LUA}
 local function algorithm (key, cost, now)
   local head
   if cost == '1' then head = { '1' } else head = { '-2', '1', cost } end
   local r = batch({ key }, { now, '1', spec, '', unpack(head) })
-  local v = r[2]
-  if type(v) ~= 'number' then error(tostring(v)) end
-  local a = v % 4
-  if a == 3 then return { 1, (v - 3) / 4, math.floor(r[3] / ${REPLY_PACK}), 0, r[3] % ${REPLY_PACK} } end
-  if a == 1 then return { 1, (v - 1) / 4, r[3], 0, r[4] } end
-  return { a, (v - a) / 4, r[3], r[4], r[5] }
+  local _, a, remaining, reset, retry, nextMs = readBlock(r, 1)
+  return { a, remaining, reset, retry, nextMs }
 end
 -- A charge without deciding: an adjustment entry of positive units (the algorithm's mode 3), answering 1.
 local function forcedCharge (key, cost, now)

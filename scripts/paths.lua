@@ -57,7 +57,7 @@ end
 
 -- Any decision: n blocks whose (spec, cost) pairs start at ARGV[at], keys at KEYS[k].
 local function decide (at, k, n, modeArg)
-  local mode, chargedAt = modeOf(modeArg)
+  local mode = modeOf(modeArg)
   local keys, spec, cost, pkeys = {}, {}, {}, {}
   local fns, limits, windows, bursts, shadows = {}, {}, {}, {}, {}
   local p = k + n
@@ -71,11 +71,9 @@ local function decide (at, k, n, modeArg)
       p = p + 1
     end
   end
-  if mode < 2 then
-    local blocked = penalized(spec, pkeys, n)
-    if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
-  end
-  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, chargedAt, now)
+  local blocked = penalized(spec, pkeys, n)
+  if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
+  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, now)
   if mode == 0 then countRefusals(spec, pkeys, n, r) end
   return r, p
 end

@@ -1,7 +1,8 @@
 /*
  * Scripts that only tests and benchmarks run, built from the production
  * fragments with the production builder (lib/store/redis/scripts.ts): one
- * algorithm on its own, and the multi-limit driver on its own. The store
+ * algorithm on its own (algorithms.test.ts, scripts.test.ts, benchmarks), and
+ * the multi-limit driver on its own (benchmarks/scripts.ts). The store
  * sends only the batch and lone scripts (or the library's functions).
  */
 import { createHash } from 'node:crypto'
@@ -37,10 +38,15 @@ export function loadScripts (sources: ScriptSources = readSources()): Record<Alg
   return scripts
 }
 
-/** The multi script's driver: its ARGV layout (scripts/multi.lua's header) into decideAll's arrays. */
+/**
+ * The multi script's driver, decideAll's arrays from its ARGV: KEYS[i] the
+ * state key of block i; ARGV[1] now in ms ('' = Redis TIME), ARGV[2] the mode
+ * ('' charge, '1' peek), then per block MULTI_STRIDE values: algorithm number,
+ * limit, windowMs, burst, cost, shadow ('1' = never blocks).
+ */
 const MULTI_DRIVER = `local function multi (KEYS, ARGV)
   local now = nowMs(ARGV[1])
-  local mode, chargedAt = modeOf(ARGV[2])
+  local mode = modeOf(ARGV[2])
   local n = #KEYS
   local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
   for i = 1, n do
@@ -50,12 +56,12 @@ const MULTI_DRIVER = `local function multi (KEYS, ARGV)
     limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
     shadows[i] = ARGV[b + 6] == '1'
   end
-  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
+  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, now)
 end
 return multi(KEYS, ARGV)
 `
 
-/** The multi-limit script: scripts/multi.lua's decideAll on its own, what the multi-limit property test holds to the memory store. */
+/** The multi-limit script: scripts/multi.lua's decideAll on its own, for benchmarks/scripts.ts. */
 export function buildMultiScript (sources: ScriptSources = readSources()): LoadedScript {
   const scope = new Set<string>()
   const top = sharedTop(sources, bindings(sources), scope)

@@ -21,7 +21,7 @@ while at <= last do
   if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
     if ok and a == 1 and reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
-      -- emit's packed admitted case, inline: the call to it cost 500 instructions a decision (benchmarks/instructions.ts)
+      -- emit's packed admitted case, inline (docs/performance.md, round 8); the property tests hold both to the model
       out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs
       o = o + 2
     elseif ok then

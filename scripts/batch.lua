@@ -68,8 +68,7 @@ local function periodFn (fn, bounds, at)
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each
--- call sets specs 1…S and reads no further): seven tables built per call cost
--- more than a batch of sixteen straight decisions' driver (benchmarks/instructions.ts).
+-- call sets specs 1…S and reads no further; docs/performance.md, round 6).
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it ('1', '2', …): a table read
 -- per decision instead of a tonumber (strtod); numbered up to the most specs seen.

@@ -74,8 +74,7 @@ return function (key, limit, w, burst, cost, now, mode)
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap) / limit), nextMs(d, cap, limit, w)
   end
 
-  -- admitted: nextMs and left written inline (two Lua calls cost about 1,000
-  -- instructions a decision, benchmarks/instructions.ts); 0 < nd <= cap here
+  -- admitted: nextMs and left inline (docs/performance.md, round 7); 0 < nd <= cap here
   local whole = floor(nd / limit)
   local reset = ceil(nd / limit)
   local units = floor((cap - nd) / w)

@@ -399,6 +399,9 @@ test('the Lua build: .luacheckrc is what the declarations give; an undeclared or
   const twice = { ...files, spec: parseFragment('spec', `--@provides emit\n${files.spec.text}`) }
   t.throws(() => buildBatchScript(twice), /spec provides emit, already in scope/)
   t.throws(() => parseFragment('x', '--@export y\n'), /unknown declaration --@export/)
+  // A local nobody reads is dead code left for tests (as multi() was): every provided name is read by another fragment.
+  const read = new Set(['libraryFunctions', ...Object.values(files).flatMap((f) => [...f.requires, ...f.updates])])
+  t.same(Object.values(files).flatMap((f) => f.provides.filter((name) => !read.has(name)).map((name) => `${f.name}: ${name}`)), [], 'every provided local is required or updated by a fragment')
   const client = createClient(await getRedis())
   t.teardown(() => { client.disconnect() })
   const count = await client.eval(`${files.prelude.text}\nreturn #{ libraryFunctions() }`, 0)

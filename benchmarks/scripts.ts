@@ -8,15 +8,15 @@
  * commandstats) and the number of redis.call per decision (every other
  * commandstats call ÷ EVALSHA calls). Then memory per idle identity.
  *
- * Scripts are assembled from scripts/*.lua (lib/store/redis/scripts.ts, loadScripts) with the argument contract
+ * Scripts are assembled from scripts/*.lua (test/helpers/lua.ts, loadScripts) with the argument contract
  * KEYS[1] = key, ARGV = limit, windowMs, burst, cost, now ('' = Redis TIME), dry ('' = write).
- * When lib/store/redis/scripts.ts exports buildMultiScript (multi-limits), a two-block
+ * When test/helpers/lua.ts exports buildMultiScript (multi-limits), a two-block
  * decision (sliding-window + fixed-window in one call) is measured too.
  */
 import { Redis } from 'ioredis'
 import { ALGORITHMS, type AlgorithmName } from '../lib/index.js'
 import { DECISION_STRIDE } from '../lib/store/redis/protocol.js'
-import { loadScripts } from '../lib/store/redis/scripts.js'
+import { loadScripts } from '../test/helpers/lua.js'
 import { clientIp, KEYS_10K } from './configs.js'
 import { commandStats, parseInfo, redisCpuSeconds, type BenchRedis } from './common.js'
 import { BATCH_ROUNDS, batchMarkdown, runBatchBench, type BatchBench } from './batches.js'
@@ -129,7 +129,7 @@ async function memoryOf (client: Redis, admin: Redis, sha: string, algorithm: Al
 }
 
 // A non-literal specifier: the multi-limit builder may not exist in the lib/ being measured.
-const LIB_SCRIPTS: string = '../lib/store/redis/scripts.js'
+const LIB_SCRIPTS: string = '../test/helpers/lua.js'
 
 async function multiSource (): Promise<string | undefined> {
   try {

@@ -47,6 +47,11 @@
 -- then resetMs * REPLY_PACK + nextMs. Adjustments answer one per entry:
 -- 1 when it changed something, else 0. reply.lua writes it (emit), protocol.ts
 -- splitBatchReply reads it.
+-- The builder (lib/store/redis/scripts.ts) places this fragment at the top
+-- (a library keeps it between calls), then per call batch-specs.lua, the lazily
+-- built paths (multi.lua, penalty.lua, paths.lua: --@provides paths) and batch-loop.lua.
+--@requires match tonumber
+--@provides periodFn sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
 -- A calendar period's block: fixed-window over the period holding now (its start
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
@@ -63,96 +68,8 @@ local function periodFn (fn, bounds, at)
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each
--- call sets specs 1…S and reads no further): seven tables built per call cost
--- more than a batch of sixteen straight decisions' driver (benchmarks/instructions.ts).
+-- call sets specs 1…S and reads no further; docs/performance.md, round 6).
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it ('1', '2', …): a table read
 -- per decision instead of a tonumber (strtod); numbered up to the most specs seen.
 local specOf, numbered = {}, 0
-
--- Per call from here (a Redis Functions library's batch function: lib/store/redis/library.ts).
--- KEYS and ARGV as locals: a global's read is a table lookup, and the loop reads them per decision
-local KEYS, ARGV = KEYS, ARGV
-local now = nowMs(ARGV[1])
-
-local specs = tonumber(ARGV[2])
-for s = numbered + 1, specs do specOf[format('%d', s)] = s end
-if specs > numbered then numbered = specs end
-for s = 1, specs do
-  local b = 3 + (s - 1) * SPEC_STRIDE
-  local spec = blockSpec(ARGV[b])
-  sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s], sPenalty[s] = algorithm(spec[1]), spec[2], spec[3], spec[4], spec[5], spec[6]
-  if ARGV[b + 1] ~= '' then sFn[s], sWindow[s] = periodFn(sFn[s], ARGV[b + 1], now) end
-end
-
--- Everything beyond the common case (several blocks, penalties, peeks,
--- adjustments: paths.lua), built on its first use in a call: a script's top
--- level runs on every call, and each closure it creates costs about 600
--- instructions (benchmarks/instructions.ts), so a batch of straight decisions
--- builds none.
-local slowPaths
-local function paths ()
-  if slowPaths == nil then
-    slowPaths = (function ()
-    --@splice multi.lua penalty.lua paths.lua (lib/store/redis/scripts.ts)
-    end)()
-  end
-  return slowPaths
-end
-
-out[1] = now
-local o = 1
-local at = 3 + specs * SPEC_STRIDE
-local k = 1
-local last = #ARGV
-while at <= last do
-  -- the common case by a table read of its text (no tonumber: strtod), cost 1 implied
-  local head = ARGV[at]
-  local s, cost, width = specOf[head], 1, 1
-  if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
-  if s then
-    local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
-    if ok and a == 1 and reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
-      -- emit's packed admitted case, inline: the call to it cost 500 instructions a decision (benchmarks/instructions.ts)
-      out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs
-      o = o + 2
-    elseif ok then
-      o = emit(o, a, r, reset, retry, nextMs)
-    else
-      out[o + 1] = errorText(a)
-      o = o + 1
-    end
-    k = k + 1
-    at = at + width
-  elseif head == '-1' then
-    local n = tonumber(ARGV[at + 1])
-    local ok, r = pcall(paths().adjustAll, at + 2, k, n)
-    if ok then
-      for i = 1, n do out[o + i] = r[i] end
-      o = o + n
-    else
-      out[o + 1] = errorText(r)
-      o = o + 1
-    end
-    k = k + n
-    at = at + 2 + n * ADJUST_STRIDE
-  else
-    local n = tonumber(ARGV[at + 1])
-    local ok, r, nextKey = pcall(paths().decide, at + 3, k, n, ARGV[at + 2])
-    if ok then
-      for i = 1, #r, DECISION_STRIDE do o = emit(o, r[i], r[i + 1], r[i + 2], r[i + 3], r[i + 4]) end
-      k = nextKey
-    else
-      out[o + 1] = errorText(r)
-      o = o + 1
-      -- the keys of a failed decision: its blocks, then its penalty keys
-      k = k + n
-      for i = 1, n do
-        if sPenalty[tonumber(ARGV[at + 3 + (i - 1) * 2])] ~= '' then k = k + 1 end
-      end
-    end
-    at = at + 3 + n * 2
-  end
-end
-out[o + 1] = nil
-return out

@@ -14,8 +14,9 @@
 --                    released one is never brought back (answers 0)
 --
 -- Reply (modes 0 and 1): allowed, free slots after this request, 0, retry
--- (SLOT_RETRY_MS when refused: a slot may free at any moment), 0.
-local SLOT_RETRY_MS = 1000
+-- (SLOT_RETRY_MS when refused: a slot may free at any moment; the prelude
+-- line's, from lib/store/algorithms.ts), 0.
+--@requires call tonumber format SLOT_RETRY_MS
 
 -- The key lives as long as its longest lease. Numbers go to Redis as integer
 -- text: a Lua number argument is formatted with %.17g, which costs more.

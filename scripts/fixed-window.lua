@@ -1,4 +1,5 @@
 -- fixed-window: windows aligned to multiples of windowMs since the epoch.
+--@requires call pcallRedis floor min format find
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
@@ -107,10 +108,8 @@ return function (key, limit, w, _, cost, now, mode, chargedAt, periodStart)
   if mode == 2 then return refund(key, cost, base, from, w, chargedAt) end
   if mode == 1 or cost > limit then return decideDry(key, limit, w, cost, base, toEnd) end
 
-  -- The common case: one INCRBY, undone by INCRBY -cost when refused. increment and
-  -- countIn are written inline (two Lua calls cost about 1,000 instructions a
-  -- decision), and a cost of 1 is sent as text: Redis turns a Lua number
-  -- argument into text at about 2,000 (benchmarks/instructions.ts).
+  -- The common case: one INCRBY, undone by INCRBY -cost when refused; increment and
+  -- countIn inline, a cost of 1 sent as text (docs/performance.md, round 7).
   local before = pcallRedis('INCRBY', key, cost == 1 and '1' or cost)
   if type(before) == 'number' then before = before - cost else before = foreign(before) end
   if before > 0 and before >= base and before < base + COUNT_SPAN then

@@ -1,4 +1,5 @@
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
+--@requires call floor ceil format packNumbers unpackNumbers
 -- a fresh key admits `burst` units at once, then one unit every I ms.
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
@@ -73,8 +74,7 @@ return function (key, limit, w, burst, cost, now, mode)
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap) / limit), nextMs(d, cap, limit, w)
   end
 
-  -- admitted: nextMs and left written inline (two Lua calls cost about 1,000
-  -- instructions a decision, benchmarks/instructions.ts); 0 < nd <= cap here
+  -- admitted: nextMs and left inline (docs/performance.md, round 7); 0 < nd <= cap here
   local whole = floor(nd / limit)
   local reset = ceil(nd / limit)
   local units = floor((cap - nd) / w)

@@ -1,17 +1,8 @@
--- The multi-limit driver: every block of one request in one call, all-or-nothing.
--- `decideAll` is shared by the multi script (`multi`, this driver on its own,
--- which the multi-limit property test holds to the memory store) and the batch
--- script (batch.lua, for decisions of several blocks).
---
--- The multi script's layout:
---   KEYS[i]   state key of block i (all keys of one request share one hash tag)
---   ARGV[1]   now in ms ('' = Redis TIME, read once for every block)
---   ARGV[2]   '1' = peek: decide, write nothing; 'r<ms>' = refund each block's
---             cost, charged at ms <ms> (returns one 1/0 per block: given back or not;
---             for a concurrency block, whose cost is the slot id: its slot released)
---   then per block i, at 2 + (i - 1) * MULTI_STRIDE: algorithm number (1-based,
---   ALGORITHMS order), limit, windowMs, burst, cost, shadow ('1' = decided and
---   recorded, never blocks the request)
+-- Several blocks of one request in one call, all-or-nothing: decideAll, for
+-- the batch driver's decisions of several blocks (paths.lua; a benchmark also
+-- drives it on its own: test/helpers/lua.ts, buildMultiScript).
+--@requires DECISION_STRIDE
+--@provides modeOf decideAll
 --
 -- Pass 1 runs every block dry (nothing written). If every enforced block
 -- admits, pass 2 runs for real every enforced block and every shadow block that
@@ -21,20 +12,16 @@
 -- reply is pass 1's: DECISION_STRIDE integers per block (allowed, remaining,
 -- resetMs, retryAfterMs, nextMs), DECISION_STRIDE * n in all.
 
--- The mode argument as a number (0 charge, 1 peek, 2 refund) and a refund's charge time (ms).
+-- A decision's mode argument as the algorithms' mode number (protocol.ts
+-- SCRIPT_MODE): '1' peek (1, dry), '' charge (0). Refunds and charges without
+-- deciding are adjustments (paths.lua adjustOne).
 local function modeOf (arg)
-  if arg == '1' then return 1, 0 end
-  if sub(arg, 1, 1) == 'r' then return 2, tonumber(sub(arg, 2)) end
-  return 0, 0
+  if arg == '1' then return 1 end
+  return 0
 end
 
 -- n blocks, block i being fns[i] at limits[i], windows[i], bursts[i] with costs[i].
-local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
-  if mode == 2 then
-    local given = {}
-    for i = 1, n do given[i] = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 2, chargedAt) end
-    return given
-  end
+local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n, mode, now)
   local out = {}
   local admit = true
   local allowed = {}
@@ -51,20 +38,4 @@ local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n,
     end
   end
   return out
-end
-
--- The multi script: its ARGV layout (above) into decideAll's arrays.
-local function multi (KEYS, ARGV)
-  local now = nowMs(ARGV[1])
-  local mode, chargedAt = modeOf(ARGV[2])
-  local n = #KEYS
-  local fns, limits, windows, bursts, costs, shadows = {}, {}, {}, {}, {}, {}
-  for i = 1, n do
-    local b = 2 + (i - 1) * MULTI_STRIDE
-    fns[i] = algorithm(tonumber(ARGV[b + 1]))
-    -- a concurrency block's cost is the request's slot id (never a number)
-    limits[i], windows[i], bursts[i], costs[i] = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]) or ARGV[b + 5]
-    shadows[i] = ARGV[b + 6] == '1'
-  end
-  return decideAll(KEYS, fns, limits, windows, bursts, costs, shadows, n, mode, chargedAt, now)
 end

@@ -1,9 +1,9 @@
 -- The batch driver's paths beyond its common case: several blocks
 -- (all-or-nothing through multi.lua's decideAll), penalties (penalty.lua),
--- peeks, and adjustments. lib/store/redis/scripts.ts splices this chunk, after
--- multi.lua and penalty.lua, into batch.lua's paths(), where it reads the
--- batch's specs (sFn, sLimit, sWindow, sBurst, sShadow, sPenalty) and `now`
--- as upvalues; it is built on the first decision of a call that needs it.
+-- peeks, and adjustments. The builder (lib/store/redis/scripts.ts) places this
+-- chunk last in the lazily built paths(), after multi.lua and penalty.lua; it is
+-- built on the first decision of a call that needs it.
+--@requires KEYS ARGV now tonumber sFn sLimit sWindow sBurst sShadow sPenalty modeOf decideAll penaltyRead penaltyRefused DECISION_STRIDE ADJUST_STRIDE
 
 -- Per enforced block serving a penalty, the ms left of it; nil when none is.
 local function penalized (spec, pkeys, n)
@@ -57,7 +57,7 @@ end
 
 -- Any decision: n blocks whose (spec, cost) pairs start at ARGV[at], keys at KEYS[k].
 local function decide (at, k, n, modeArg)
-  local mode, chargedAt = modeOf(modeArg)
+  local mode = modeOf(modeArg)
   local keys, spec, cost, pkeys = {}, {}, {}, {}
   local fns, limits, windows, bursts, shadows = {}, {}, {}, {}, {}
   local p = k + n
@@ -71,11 +71,9 @@ local function decide (at, k, n, modeArg)
       p = p + 1
     end
   end
-  if mode < 2 then
-    local blocked = penalized(spec, pkeys, n)
-    if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
-  end
-  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, chargedAt, now)
+  local blocked = penalized(spec, pkeys, n)
+  if blocked then return refusedByPenalty(keys, spec, cost, n, blocked), p end
+  local r = decideAll(keys, fns, limits, windows, bursts, cost, shadows, n, mode, now)
   if mode == 0 then countRefusals(spec, pkeys, n, r) end
   return r, p
 end

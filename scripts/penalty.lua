@@ -17,6 +17,8 @@
 --     max(windowMs, until - now + the last penalty), so it vanishes then too.
 --
 -- Shadow blocks and peeks never count refusals; refunds ignore penalties.
+--@requires call match tonumber floor min format
+--@provides penaltyRead penaltyRefused
 local function penaltySpec (spec)
   local a, f, b, m = match(spec, '^(%d+):(%d+):([%d%.]+):(%d+)$')
   return tonumber(a), tonumber(f), tonumber(b), tonumber(m)
@@ -39,7 +41,7 @@ local function penaltyRefused (key, spec, w, now)
   local last = 0
   if offences > 0 then
     last = forMs
-    for k = 2, offences do last = min(maxMs, last * backoff) end
+    for _ = 2, offences do last = min(maxMs, last * backoff) end
     last = floor(last)
     -- quiet for as long as the last penalty after it ended: the offences are forgotten
     if now >= untilMs + last then
@@ -50,7 +52,7 @@ local function penaltyRefused (key, spec, w, now)
   if refusals >= after then
     offences = offences + 1
     local d = forMs
-    for k = 2, offences do d = min(maxMs, d * backoff) end
+    for _ = 2, offences do d = min(maxMs, d * backoff) end
     d = floor(min(maxMs, d))
     untilMs = now + d
     last = d

@@ -1,5 +1,7 @@
 -- A call's reply, for the batch script and a lone decision's script (their
 -- layout: batch.lua's header; protocol.ts splitBatchReply reads it).
+--@requires REPLY_PACK
+--@provides errorText out emit
 
 -- A failed decision's reply text, whatever redis.call raised (a table with
 -- `err`, or a Lua error): the decision answers this text alone.
@@ -15,9 +17,8 @@ local out = {}
 
 -- An admitted block's resetMs and nextMs travel as one integer, resetMs *
 -- REPLY_PACK + nextMs (protocol.ts), when both are below REPLY_PACK ms (18.6 h;
--- every algorithm's are whole ms): its head is then remaining * 4 + 3. One
--- integer fewer per admitted block: about 250 Redis instructions and 0.1-0.2 µs
--- of ioredis's decoding (docs/performance.md, round 8).
+-- every algorithm's are whole ms): its head is then remaining * 4 + 3, one
+-- integer fewer per admitted block (docs/performance.md, round 8).
 
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an

@@ -1,4 +1,5 @@
 -- sliding-log: one sorted-set entry per admitted unit, score = now (ms).
+--@requires call min format match find sub
 -- The chunk returns function (key, limit, w, burst, cost, now, mode) with numbers; mode 0 =
 --   charge, 1 = dry (decide and write nothing), 2 = refund, which sliding-log does not
 --   support: returns 0 and changes nothing. scripts.ts wraps it as a script of (KEYS, ARGV).
@@ -40,10 +41,9 @@ local function topSeq (key, nowStr)
   return top
 end
 
--- The ms an entry was added at, from its member "<ms>:<seq>" (its score):
--- a score read WITHSCORES costs Redis a %.17g formatting per entry, about
--- 4,000 instructions a decision (benchmarks/instructions.ts). A member of
--- another form is not ours: its score then.
+-- The ms an entry was added at, from its member "<ms>:<seq>" (its score; not
+-- WITHSCORES: docs/performance.md, round 9). A member of another form is not
+-- ours: its score then.
 local function addedAt (key, member)
   local colon = find(member, ':', 1, true)
   local ms = colon and tonumber(sub(member, 1, colon - 1))
@@ -78,8 +78,7 @@ local function refusal (key, count, limit, w, cost, now, more)
 end
 
 -- The texts of now, w and the eviction cutoff, kept from the last decision: a
--- batch shares now, and most of its decisions w (string.format per decision
--- cost more than a sorted-set command's argument parsing; instructions.ts).
+-- batch shares now, and most of its decisions w (docs/performance.md, round 8).
 local lastNow, lastW, nowStr, wStr, cutoffStr
 -- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (about 70 kB of Lua memory at most).
 local SEQ_TEXTS = 1024
@@ -99,8 +98,7 @@ return function (key, limit, w, _, cost, now, mode)
 
   if cost <= limit and count + cost <= limit then
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty);
-    -- expiryOf(key, 1) and, for one unit, addUnits written inline: each Lua call, and
-    -- addUnits' table, cost hundreds of instructions a decision (benchmarks/instructions.ts)
+    -- expiryOf(key, 1) and, for one unit, addUnits inline (docs/performance.md, round 7)
     local nextMs = w
     if count > 0 then nextMs = addedAt(key, call('ZRANGE', key, '0', '0')[1]) + w - now end
     if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end

@@ -1,4 +1,5 @@
 -- sliding-window (counter): estimate = ceil(prev * (W - elapsed) / W) + cur, the previous
+--@requires call floor ceil format packNumbers unpackNumbers
 -- window's count weighted by the part of it still inside the trailing window, rounded up:
 -- a request of `cost` is admitted iff cur + cost <= limit and
 -- prev * (W - e) <= (limit - cur - cost) * W (e = elapsed in this window), so the weighted
@@ -80,8 +81,7 @@ return function (key, limit, w, _, cost, now, mode, chargedAt)
   local elapsed = now - idx * w
   -- The stored counts of the current (cur) and previous (prev) window, zero when
   -- stale or absent, and whether the state was written in this window. Read, saved
-  -- and resetMs computed here, not in helpers: four Lua calls on the admitted path
-  -- cost about 2,000 instructions a decision (benchmarks/instructions.ts).
+  -- and resetMs computed here, not in helpers (docs/performance.md, round 7).
   local cur, prev, current = 0, 0, false
   local stored = call('GET', key)
   if stored and #stored == 24 then

@@ -1,10 +1,11 @@
 -- A block spec as one argument, 'algorithm|limit|windowMs|burst|shadow|penalty'
 -- (protocol.ts specText; shadow '1' or '', penalty 'after:forMs:backoff:maxMs'
 -- or ''), read once: a Redis Functions library keeps what it parsed between
--- calls, so a spec costs a table read where seven arguments and four tonumber
--- (strtod) cost about 18k instructions per call (benchmarks/instructions.ts).
+-- calls (docs/performance.md, round 6).
 -- At most SPEC_CACHE_MAX texts are kept (limits given per request vary).
 -- Returns { algorithm number, limit, windowMs, burst, shadow (boolean), penalty }.
+--@requires match tonumber
+--@provides blockSpec
 local SPEC_CACHE_MAX = 1024
 local specCache, specCount = {}, 0
 local function blockSpec (text)

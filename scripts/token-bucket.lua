@@ -1,4 +1,5 @@
 -- token-bucket: capacity = burst, refill = limit per windowMs, a new bucket is full.
+--@requires call floor ceil format packNumbers unpackNumbers
 -- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
@@ -53,7 +54,7 @@ return function (key, limit, w, burst, cost, now, mode)
 
   -- The scaled tokens in the bucket now (below zero after an overdraft), and base:
   -- the ms they are counted at (later than now only if the clock went backwards).
-  -- Read here, not in a helper: a Lua call costs about 500 instructions a decision.
+  -- Read here, not in a helper (docs/performance.md, round 7).
   local cap = burst * w
   local tokens, base = cap, now
   local stored = call('GET', key)
@@ -84,8 +85,7 @@ return function (key, limit, w, burst, cost, now, mode)
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((need - tokens) / limit), nextMs(tokens, cap, limit, w, lag)
   end
 
-  -- admitted: resetMs and nextMs written inline (three Lua calls cost about
-  -- 1,500 instructions a decision, benchmarks/instructions.ts); tokens >= 0 here
+  -- admitted: resetMs and nextMs inline (docs/performance.md, round 7); tokens >= 0 here
   tokens = tokens - need
   local left = floor(tokens / w)
   local reset, nextUnit = 0, 0

@@ -13,7 +13,8 @@ import { buildApp, compileContext, setupRedisApp, setupStoreApp, TestClock, test
 import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix, windowTag } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/store/algorithms.js'
 import { compileGlobals, compilePolicy, type BlockRun } from '../lib/policy/policy.js'
-import { buildMultiScript } from '../lib/store/redis/scripts.js'
+import { buildBatchScript } from '../lib/store/redis/scripts.js'
+import { READ_BLOCK_LUA } from './helpers/lua.js'
 import { MemoryStore } from '../lib/store/memory/store.js'
 
 const ok = async () => ({ ok: true })
@@ -192,14 +193,16 @@ test('two instances, 200 concurrent requests, blocks 25/h and 40/h: exactly 25 a
 })
 
 /*
- * The multi script against the memory store, over random sequences: several
+ * The production batch script's decisions of several blocks (one call per
+ * step: scripts/paths.lua, multi.lua's decideAll) against the memory store,
+ * over random sequences: several
  * blocks of random algorithms (some in shadow mode), non-decreasing injected
  * times, costs 1..3. Every step must give the same decisions on both sides,
  * and on a step refused by an enforced block the Lua side must have written
  * nothing (each key's DUMP unchanged, except that sliding-log may evict
  * expired entries: its members newer than now - W must be unchanged).
- * Some steps are refunds instead (the multi script's refund mode, as
- * refundOn uses it, with the time since the previous step): both sides must
+ * Some steps are refunds instead (adjustment entries of negative units, as
+ * refundOn sends them, charged at the previous step's time): both sides must
  * say which blocks gave units back, and the later steps must still agree,
  * which holds the refunded states equal too.
  * One sequence is one EVAL, as in algorithms-property.test.ts, so Redis TTLs
@@ -226,12 +229,50 @@ local redis = setmetatable({
     return realRedis.call(unpack(a))
   end
 }, { __index = realRedis })
-local function multi (KEYS, ARGV)
+local function batch (KEYS, ARGV)
 ${body}
 end
+${READ_BLOCK_LUA}
 local n = tonumber(ARGV[1])
 local shape = {}
 for i = 1, n * 4 do shape[i] = ARGV[1 + i] end
+-- Block i as spec i of the batch (batch.lua's layout): algorithm|limit|windowMs|burst (the limit)|shadow|no penalty.
+local specs = {}
+for i = 1, n do
+  local b = (i - 1) * 4
+  specs[#specs + 1] = shape[b + 1] .. '|' .. shape[b + 2] .. '|' .. shape[b + 3] .. '|' .. shape[b + 2] .. '|' .. shape[b + 4] .. '|'
+  specs[#specs + 1] = ''
+end
+-- One step as the production batch script takes it: a decision of every block (0, n, charge, then spec and
+-- cost per block), or a refund of each block's cost charged at ms chargedAt (-1, n, then 'u', spec, -cost,
+-- chargedAt per block: Store.adjust's entries); its reply as DECISION_STRIDE numbers per block, or 1/0 per block.
+local function multi (KEYS, now, refund, chargedAt, costs)
+  local args = { now, tostring(n), unpack(specs) }
+  if refund then
+    args[#args + 1], args[#args + 2] = '-1', tostring(n)
+    for i = 1, n do
+      local e = #args
+      args[e + 1], args[e + 2], args[e + 3], args[e + 4] = 'u', tostring(i), tostring(-tonumber(costs[i])), chargedAt
+    end
+  else
+    args[#args + 1], args[#args + 2], args[#args + 3] = '0', tostring(n), ''
+    for i = 1, n do args[#args + 1], args[#args + 2] = tostring(i), costs[i] end
+  end
+  local r = batch(KEYS, args)
+  local row = {}
+  if refund then
+    for i = 1, n do row[i] = r[1 + i] end
+    return row
+  end
+  local o = 1
+  for _ = 1, n do
+    local a, remaining, reset, retry, nextMs
+    o, a, remaining, reset, retry, nextMs = readBlock(r, o)
+    local j = #row
+    row[j + 1], row[j + 2], row[j + 3], row[j + 4], row[j + 5] = a, remaining, reset, retry, nextMs
+  end
+  return row
+end
 local out = {}
 local at = 2 + n * 4
 while at <= #ARGV do
@@ -243,23 +284,18 @@ while at <= #ARGV do
     chargedAt = string.sub(now, 2, sep - 1)
     now = string.sub(now, sep + 1)
   end
-  local args = { now, refund and ('r' .. chargedAt) or '' }
+  local costs = {}
   local before = {}
   for i = 1, n do
     local b = (i - 1) * 4
-    args[#args + 1] = shape[b + 1]
-    args[#args + 1] = shape[b + 2]
-    args[#args + 1] = shape[b + 3]
-    args[#args + 1] = shape[b + 2]
-    args[#args + 1] = ARGV[at + i]
-    args[#args + 1] = shape[b + 4]
+    costs[i] = ARGV[at + i]
     if shape[b + 1] == '3' then
       before[i] = table.concat(redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. string.format('%d', tonumber(now) - tonumber(shape[b + 3])), '+inf'), ',')
     else
       before[i] = redis.call('DUMP', KEYS[i]) or ''
     end
   end
-  local r = multi(KEYS, args)
+  local r = multi(KEYS, now, refund, chargedAt, costs)
   local unchanged = 1
   for i = 1, n do
     local b = (i - 1) * 4
@@ -280,12 +316,12 @@ return out
 `
 }
 
-test('property: the multi script decides like the memory store, and a refused step writes nothing', async (t) => {
+test('property: the batch script\'s decisions of several blocks decide like the memory store, and a refused step writes nothing', async (t) => {
   const server = await getRedis()
   const client = createClient(server)
   t.teardown(() => { client.disconnect() })
   const prefix = uniquePrefix('mlp')
-  const harness = multiHarness(buildMultiScript().source)
+  const harness = multiHarness(buildBatchScript().source)
   const sha = await client.script('LOAD', harness) as string
 
   const block = fc.record({

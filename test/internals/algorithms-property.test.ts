@@ -17,9 +17,10 @@
  * never more than the limit in any trailing window, token-bucket and gcra
  * never more than burst + floor(dt * limit / W) over any interval dt.
  *
- * One sequence is one EVAL: a wrapper runs the unmodified script body once per
- * step (the file minus its shebang, as a Lua function) and copies the key for
- * the probes. The wrapper records each TTL the script sets and lengthens it by
+ * One sequence is one EVAL: a wrapper runs the unmodified production batch
+ * script (buildBatchScript, minus its shebang, as a Lua function) once per
+ * step, one decision of one block by the batch's wire format, and copies the
+ * key for the probes. The wrapper records each TTL the script sets and lengthens it by
  * a minute before it reaches Redis (Redis 7.0 expires keys by the real clock,
  * even inside a script), so the Lua side never loses state to real time while
  * the injected clock jumps around; the model side drops state when its ttl
@@ -30,7 +31,9 @@ import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
-import { loadScripts } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript } from '../../lib/store/redis/scripts.js'
+import { specText } from '../../lib/store/redis/protocol.js'
+import { READ_BLOCK_LUA } from '../helpers/lua.js'
 import {
   ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
   type AlgorithmName, type BlockParams, type RawDecision
@@ -75,24 +78,41 @@ local redis = setmetatable({
   call = function (...) return realRedis.call(unpack(recorded({ ... }))) end,
   pcall = function (...) return realRedis.pcall(unpack(recorded({ ... }))) end
 }, { __index = realRedis })
-local function algorithm (KEYS, ARGV)
+local function batch (KEYS, ARGV)
 ${body}
 end
-local limit, w, burst, capacity = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local spec = ARGV[1]
+-- One decision of the production batch script (batch.lua's layout): '1' (cost 1), or '-2', spec 1, cost;
+-- its reply (now, then the block's two to four values) read back into allowed, remaining, reset, retry, next.
+${READ_BLOCK_LUA}
+local function algorithm (key, cost, now)
+  local head
+  if cost == '1' then head = { '1' } else head = { '-2', '1', cost } end
+  local r = batch({ key }, { now, '1', spec, '', unpack(head) })
+  local _, a, remaining, reset, retry, nextMs = readBlock(r, 1)
+  return { a, remaining, reset, retry, nextMs }
+end
+-- A charge without deciding: an adjustment entry of positive units (the algorithm's mode 3), answering 1.
+local function forcedCharge (key, cost, now)
+  local r = batch({ key }, { now, '1', spec, '', '-1', '1', 'u', '1', cost, '' })
+  return { r[2] }
+end
+local capacity = tonumber(ARGV[2])
 local out = {}
-for i = 5, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local cost, now = ARGV[i], ARGV[i + 1]
   calls = {}
   -- a negative cost is a charge without deciding (mode 3: settle, adjust) of that many units
   local forced = tonumber(cost) < 0
   if forced then cost = tostring(-tonumber(cost)) end
-  local r = algorithm({ KEYS[1] }, { limit, w, burst, cost, now, forced and '3' or '' })
+  local r
+  if forced then r = forcedCharge(KEYS[1], cost, now) else r = algorithm(KEYS[1], cost, now) end
   local row = { r[1], r[2] or 0, r[3] or 0, r[4] or 0, r[5] or 0, table.concat(calls, ',') }
   if not forced and r[1] == 0 and tonumber(cost) <= capacity then
     for _, delta in ipairs({ -1, 0 }) do
       realRedis.call('DEL', KEYS[2])
       realRedis.call('COPY', KEYS[1], KEYS[2])
-      local p = algorithm({ KEYS[2] }, { limit, w, burst, cost, string.format('%d', tonumber(now) + r[4] + delta) })
+      local p = algorithm(KEYS[2], cost, string.format('%d', tonumber(now) + r[4] + delta))
       row[#row + 1] = { p[1], p[2], p[3], p[4], p[5] }
     end
   end
@@ -103,8 +123,7 @@ return out
 `
 }
 
-const scripts = loadScripts()
-const harnesses = Object.fromEntries(ALGORITHMS.map((name) => [name, harness(scripts[name].source)])) as Record<AlgorithmName, string>
+const harnessed = harness(buildBatchScript().source)
 
 /** `force`: a charge without deciding (an overdraft may follow), as settle and adjust send. */
 interface Step { now: number, cost: number, force?: boolean }
@@ -256,9 +275,9 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
         const { limit, windowMs: w, burst } = params
         const capacity = algorithm === 'token-bucket' || algorithm === 'gcra' ? burst : limit
         const tag = `${prefix}:{${algorithm}:${run++}}`
-        const args: Array<number | string> = [limit, w, burst, capacity]
+        const args: Array<number | string> = [specText(ALGORITHMS.indexOf(algorithm) + 1, params, false, undefined), capacity]
         for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
-        const rows = await client.eval(harnesses[algorithm], 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
+        const rows = await client.eval(harnessed, 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
         assert.equal(rows.length, steps.length)
 
         // the memory store: state dropped once its ttl has passed on the injected clock
@@ -489,9 +508,9 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
 
   await fc.assert(fc.asyncProperty(arbitrary, async ({ limit, w, steps }) => {
     const tag = `${prefix}:{${run++}}`
-    const args: Array<number | string> = [limit, w, limit, limit]
+    const args: Array<number | string> = [specText(ALGORITHMS.indexOf('sliding-window') + 1, { limit, windowMs: w, burst: limit }, false, undefined), limit]
     for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
-    const rows = await client.eval(harnesses['sliding-window'], 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
+    const rows = await client.eval(harnessed, 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
     const params = { limit, windowMs: w, burst: limit }
     let state: Counts | undefined
     steps.forEach(({ now, cost, force }, i) => {

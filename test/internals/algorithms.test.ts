@@ -12,7 +12,7 @@ import type { Redis } from 'ioredis'
 import { getRedis, createClient, readState, uniquePrefix, windowTag } from '../helpers/redis.js'
 import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
 import { ALGORITHMS, type AlgorithmName, type BlockParams, type RawDecision } from '../../lib/store/algorithms.js'
-import { loadScripts } from '../../lib/store/redis/scripts.js'
+import { loadScripts } from '../helpers/lua.js'
 
 const scripts = loadScripts()
 

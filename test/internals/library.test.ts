@@ -106,7 +106,7 @@ test('a changed source is a new library with new function names, loaded beside t
   const { admin } = await privateRedis(t)
   const current = buildLibrary()
   const sources = readSources()
-  const changed = buildLibrary({ ...sources, batch: `${sources.batch}\n-- a later version\n` })
+  const changed = buildLibrary({ ...sources, batch: { ...sources.batch, text: `${sources.batch.text}\n-- a later version\n` } })
   t.not(changed.name, current.name)
   t.not(changed.batch, current.batch)
   t.match(current.name, /^frrl_[0-9a-f]{12}$/)

@@ -7,17 +7,19 @@
  * unmodified assembled script).
  */
 import { test } from 'tap'
-import { readdirSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
-import { buildBatchScript, buildMultiScript, loadLoneScripts, loadScripts, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript, loadLoneScripts, parseFragment, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { luacheckConfig } from '../helpers/luacheckrc.js'
+import { buildMultiScript, loadScripts } from '../helpers/lua.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
 const files = readSources()
-const sources = files.algorithms
+const sources = Object.fromEntries(ALGORITHMS.map((name) => [name, files[name].text])) as Record<AlgorithmName, string>
 const scripts = loadScripts(files)
 /** The drivers and the prelude every script starts with, beside the algorithm files. */
-const SHARED = ['batch.lua', 'concurrency.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
+const SHARED = ['batch.lua', 'batch-specs.lua', 'batch-loop.lua', 'clock.lua', 'concurrency.lua', 'lone.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
@@ -158,8 +160,8 @@ for (const name of ALGORITHMS) {
   })
 }
 
-test('prelude.lua: the one TIME call site, only when now is empty', async (t) => {
-  const src = stripComments(files.prelude)
+test('clock.lua: the one TIME call site, only when now is empty', async (t) => {
+  const src = stripComments(files.clock.text)
   const timeCalls = redisCalls(src).filter((c) => literal(c.args[0]) === 'TIME')
   t.equal(timeCalls.length, 1, 'one TIME call site')
   const guard = src.search(/if\s+arg\s*==\s*nil\s+or\s+arg\s*==\s*''\s+then/)
@@ -388,4 +390,20 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
   t.equal(outside.length, 1, 'beyond the periods sent: that decision fails, alone')
   t.match(String(outside[0]), /now is outside the calendar periods sent/)
   await client.del(periodKey)
+})
+
+test('the Lua build: .luacheckrc is what the declarations give; an undeclared or doubly declared local is refused; the prelude binds what it declares', async (t) => {
+  t.equal(readFileSync(new URL('../../.luacheckrc', import.meta.url), 'utf8'), luacheckConfig(), '.luacheckrc matches the fragments\' declarations (npx tsx test/helpers/luacheckrc.ts rewrites it)')
+  const missing = { ...files, 'batch-loop': parseFragment('batch-loop', `--@requires nowhere\n${files['batch-loop'].text}`) }
+  t.throws(() => buildBatchScript(missing), /batch-loop requires nowhere, which no part before it provides/)
+  const twice = { ...files, spec: parseFragment('spec', `--@provides emit\n${files.spec.text}`) }
+  t.throws(() => buildBatchScript(twice), /spec provides emit, already in scope/)
+  t.throws(() => parseFragment('x', '--@export y\n'), /unknown declaration --@export/)
+  // A local nobody reads is dead code left for tests (as multi() was): every provided name is read by another fragment.
+  const read = new Set(['libraryFunctions', ...Object.values(files).flatMap((f) => [...f.requires, ...f.updates])])
+  t.same(Object.values(files).flatMap((f) => f.provides.filter((name) => !read.has(name)).map((name) => `${f.name}: ${name}`)), [], 'every provided local is required or updated by a fragment')
+  const client = createClient(await getRedis())
+  t.teardown(() => { client.disconnect() })
+  const count = await client.eval(`${files.prelude.text}\nreturn #{ libraryFunctions() }`, 0)
+  t.equal(count, files.prelude.binds.length, 'libraryFunctions returns one value per --@binds name')
 })

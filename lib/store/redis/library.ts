@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { ALGORITHMS } from '../algorithms.js'
-import { algorithmBuilder, batchDriver, loneCall, prelude, readSources, type ScriptSources } from './scripts.js'
+import { assemble, batchCall, readSources, sharedTop, type Part, type ScriptSources } from './scripts.js'
 
 /*
  * The Redis Functions library: the batch script and the lone decisions'
@@ -9,7 +9,8 @@ import { algorithmBuilder, batchDriver, loneCall, prelude, readSources, type Scr
  * every call; a library's runs once per load, so the prelude, the algorithms'
  * closures (`algorithm(n)` keeps them between calls), the reply's helpers and periodFn
  * are built once, each block spec is parsed once (spec.lua), and a call runs
- * only the part of batch.lua after its "Per call from here" line.
+ * only the batch driver's per-call parts (batch-specs.lua, the lazily built
+ * paths, batch-loop.lua) or a lone decision (lone.lua).
  * benchmarks/instructions.ts counts the difference.
  *
  * The library's name carries a hash of its source, and so do its functions'
@@ -30,15 +31,6 @@ export interface FunctionLibrary {
 }
 
 const VERSION = '@VERSION@'
-/** The prelude's binding line: a library declares the locals and binds them on its first call (its load sees no library functions). */
-const BINDING = /^local ([\w, ]+) = libraryFunctions\(\)$/m
-const PER_CALL = /^-- Per call from here.*\n(?:--.*\n)*local KEYS, ARGV = KEYS, ARGV\n/m
-
-function split (pattern: RegExp, text: string, file: string): [string, string, RegExpExecArray] {
-  const found = pattern.exec(text)
-  if (found === null) throw new Error(`${file} has lost the line the Functions library splits at (${String(pattern)})`)
-  return [text.slice(0, found.index), text.slice(found.index + found[0].length), found]
-}
 
 function register (name: string, bind: string, body: string): string {
   return `redis.register_function('${name}', function (KEYS, ARGV)\n${bind}\n${body}end)\n`
@@ -46,21 +38,25 @@ function register (name: string, bind: string, body: string): string {
 
 /** The library, and the names it registers. */
 export function buildLibrary (sources: ScriptSources = readSources()): FunctionLibrary {
-  const [beforeBinding, afterBinding, binding] = split(BINDING, prelude(sources), 'scripts/prelude.lua')
-  const names = binding[1] as string
+  const names = sources.prelude.binds.join(', ')
+  // A library sees no library functions while it loads: it declares the locals and binds them on its first call.
+  const declare: Part = { name: 'the declared bindings', text: `local ${names}`, requires: ['libraryFunctions'], provides: sources.prelude.binds }
   const bind = `if call == nil then ${names} = libraryFunctions() end`
-  const [driverTop, driverCall] = split(PER_CALL, batchDriver(sources), 'scripts/batch.lua')
+  const scope = new Set<string>()
+  const top = `${sharedTop(sources, declare, scope)}\n${assemble([sources.batch], scope)}`
+  const call = new Set([...scope, 'KEYS', 'ARGV'])
   const fn = (what: string): string => `frrl_${VERSION}_${what}`
+  // Each lone function holds its algorithm's function, built at load (no algorithm(n) per call).
+  const lone = ALGORITHMS.map((name, i) => `-- one ${name} decision
+do
+  local lone = algorithm(${i + 1})
+${register(fn(`lone${i + 1}`), bind, assemble([sources.lone], new Set([...call, 'lone'])))}end`)
   const template = `#!lua name=frrl_${VERSION}
 -- fastify-redis-rate-limit's functions, assembled by lib/store/redis/library.ts from scripts/*.lua
-${beforeBinding}local ${names}
-${afterBinding}
-${algorithmBuilder(sources)}
-${sources.reply}
-${sources.spec}
-${driverTop}
-${register(fn('batch'), bind, driverCall)}
-${ALGORITHMS.map((name, i) => `-- one ${name} decision\n${register(fn(`lone${i + 1}`), bind, loneCall(`algorithm(${i + 1})`))}`).join('\n')}`
+${top}
+${register(fn('batch'), bind, batchCall(sources, call))}
+${lone.join('\n')}
+`
   const version = createHash('sha1').update(template).digest('hex').slice(0, 12)
   return {
     name: `frrl_${version}`,

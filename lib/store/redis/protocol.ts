@@ -15,21 +15,15 @@ import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type 
  */
 
 /*
- * The mode argument, by name:
- *
- *   one algorithm's script (after `now`):      charge '' · peek '1' · refund '2' (then elapsed ms) · charge without deciding '3'
- *   the multi script:                          charge '' · peek '1' · refund 'r<elapsed ms>'
- *   the batch script (per decision):           charge '' · peek '1'; adjustments are their own call (adjustCall)
+ * A decision's mode argument in the batch script: the algorithms' mode
+ * numbers (scripts/*.lua: 0 charge, 1 dry, 2 refund, 3 charge without
+ * deciding) as text, charge sent as ''. Refunds and charges without deciding
+ * are adjustments, their own call (adjustCall: kinds 'u', 'x', 'n').
  */
 export const SCRIPT_MODE = {
   charge: '',
-  peek: '1',
-  refund: '2',
-  force: '3'
+  peek: '1'
 } as const
-
-/** Values per block in the multi script's ARGV (after the two leading ones). */
-export const MULTI_STRIDE = 6
 
 /** Values per block spec in a batch: its text (specText), its period ('' or the boundaries). */
 export const SPEC_STRIDE = 2

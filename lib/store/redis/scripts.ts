@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { ALGORITHMS, type AlgorithmName } from '../algorithms.js'
-import { ADJUST_STRIDE, DECISION_STRIDE, MULTI_STRIDE, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
+import { ALGORITHMS, SLOT_RETRY_MS } from '../algorithms.js'
+import { ADJUST_STRIDE, DECISION_STRIDE, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -9,65 +9,115 @@ export interface LoadedScript {
 }
 
 /*
- * The script registry: every script is assembled from the Lua files in
- * scripts/ and hashed once. `prelude.lua` (integer division, the clock) comes
- * first; each algorithm file is a chunk that returns its function of numbers
- * (key, limit, w, burst, cost, now, mode, chargedAt), returning its decision as
- * several values (no table); `multi.lua`, `penalty.lua` and `batch.lua` are the drivers.
- * The stride constants come from protocol.ts, their one definition.
+ * The Lua build: what production runs (the batch script, the lone scripts,
+ * and the Functions library in library.ts), assembled from the fragments in
+ * scripts/. Each fragment's header declares what it reads from the fragments
+ * before it (`--@requires`) and the locals it leaves to the ones after it
+ * (`--@provides`), and which of those earlier locals it assigns to or writes
+ * fields of (`--@updates`); the prelude also names the library functions it
+ * binds (`--@binds`). `assemble` checks every declaration against the scope the
+ * fragment is placed in, so a fragment cannot read a local nobody declared,
+ * and luacheck (npm run lint:lua, .luacheckrc from the same declarations)
+ * checks that a fragment reads nothing beyond its declarations.
  *
  * scripts/ ships beside lib/ and dist/, so one relative URL works from the
  * TypeScript sources and from the published build alike.
  */
 const SCRIPTS_DIR = new URL('../../../scripts/', import.meta.url)
 
-/** The Lua files, as read from scripts/. */
-export interface ScriptSources {
-  prelude: string
-  algorithms: Record<AlgorithmName, string>
-  /** Concurrency slots (a block kind, numbered after the algorithms). */
-  concurrency: string
-  multi: string
-  penalty: string
-  /** The batch driver's paths beyond its common case (spliced into batch.lua). */
-  paths: string
-  /** A call's reply (errorText, emit), for the batch and lone scripts. */
-  reply: string
-  /** A block spec's text, parsed once (the batch and lone scripts). */
-  spec: string
-  batch: string
-}
+/** The fragments: the algorithms (ALGORITHMS order), slots, and the drivers' parts. */
+export const FRAGMENT_NAMES = [...ALGORITHMS, 'concurrency', 'prelude', 'clock', 'reply', 'spec', 'batch', 'batch-specs', 'multi', 'penalty', 'paths', 'batch-loop', 'lone'] as const
+export type FragmentName = typeof FRAGMENT_NAMES[number]
 
-function loaded (source: string): LoadedScript {
-  return { source, sha: createHash('sha1').update(source).digest('hex') }
+export interface Fragment {
+  readonly name: string
+  readonly text: string
+  readonly requires: readonly string[]
+  readonly provides: readonly string[]
+  readonly updates: readonly string[]
+  readonly binds: readonly string[]
 }
+export type ScriptSources = Record<FragmentName, Fragment>
 
-function readLua (name: string): string {
-  return readFileSync(new URL(`${name}.lua`, SCRIPTS_DIR), 'utf8')
+/** A fragment's declarations: the `--@word names…` lines of its leading comment block. */
+export function parseFragment (name: string, text: string): Fragment {
+  const declared: Record<string, string[]> = { requires: [], provides: [], updates: [], binds: [] }
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('--')) break
+    if (!line.startsWith('--@')) continue
+    const [word = '', ...names] = line.slice(3).trim().split(/\s+/)
+    const list = declared[word]
+    if (list === undefined) throw new Error(`scripts/${name}.lua: unknown declaration --@${word}`)
+    list.push(...names)
+  }
+  return { name, text, requires: declared.requires as string[], provides: declared.provides as string[], updates: declared.updates as string[], binds: declared.binds as string[] }
 }
 
 export function readSources (): ScriptSources {
-  const algorithms = {} as Record<AlgorithmName, string>
-  for (const name of ALGORITHMS) algorithms[name] = readLua(name)
-  return { prelude: readLua('prelude'), algorithms, concurrency: readLua('concurrency'), multi: readLua('multi'), penalty: readLua('penalty'), paths: readLua('paths'), reply: readLua('reply'), spec: readLua('spec'), batch: readLua('batch') }
+  const sources = {} as Record<FragmentName, Fragment>
+  for (const name of FRAGMENT_NAMES) sources[name] = parseFragment(name, readFileSync(new URL(`${name}.lua`, SCRIPTS_DIR), 'utf8'))
+  return sources
 }
 
-/** An algorithm chunk as a local holding its function (the chunk's helpers stay its own). */
-function algorithmLocal (local: string, name: AlgorithmName, chunk: string): string {
-  return `-- ${name}\nlocal ${local} = (function ()\n${chunk}end)()`
+/**
+ * The shared constants, their one definition in TypeScript, as the prelude
+ * line: the top of every script and of the library.
+ */
+export const PRELUDE_CONSTANTS: Readonly<Record<string, number>> = { SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK, SLOT_RETRY_MS }
+
+/** A part of an artifact: a fragment, or text the builder writes with its own declarations. */
+export type Part = Fragment | { readonly name: string, readonly text: string, readonly requires: readonly string[], readonly provides: readonly string[], readonly updates?: readonly string[] }
+
+/** Joins parts in order, each checked against the names in scope before it. */
+export function assemble (parts: readonly Part[], scope: Set<string> = new Set()): string {
+  const texts: string[] = []
+  for (const part of parts) {
+    for (const name of [...part.requires, ...part.updates ?? []]) {
+      if (!scope.has(name)) throw new Error(`Lua build: ${part.name} requires ${name}, which no part before it provides`)
+    }
+    for (const name of part.provides) {
+      if (scope.has(name)) throw new Error(`Lua build: ${part.name} provides ${name}, already in scope`)
+      scope.add(name)
+    }
+    texts.push(part.text)
+  }
+  return texts.join('\n')
 }
+
+/** Generated text that only provides (the prelude line, the bindings). */
+export function generated (name: string, text: string, provides: readonly string[], requires: readonly string[] = []): Part {
+  return { name, text, requires, provides }
+}
+
+/** A chunk (a fragment that returns its value) as an expression: its locals stay its own. */
+export function chunk (fragment: Fragment, scope: Set<string>): string {
+  if (fragment.provides.length > 0) throw new Error(`Lua build: ${fragment.name} is placed as a chunk and cannot provide ${fragment.provides.join(', ')}`)
+  return `(function ()\n${assemble([fragment], new Set(scope))}end)()`
+}
+
+export const PRELUDE_LINE = generated('the prelude line', `local ${Object.keys(PRELUDE_CONSTANTS).join(', ')} = ${Object.values(PRELUDE_CONSTANTS).join(', ')}`, Object.keys(PRELUDE_CONSTANTS))
+
+/** The prelude's library functions as locals, bound at once (a script). */
+export function bindings (sources: ScriptSources): Part {
+  const names = sources.prelude.binds.join(', ')
+  return generated('the bindings', `local ${names} = libraryFunctions()`, sources.prelude.binds, ['libraryFunctions'])
+}
+
+/** KEYS and ARGV as locals (a script: a global's read is a table lookup); a library function has them as arguments. */
+export const SCRIPT_FRAME = generated('the script frame', 'local KEYS, ARGV = KEYS, ARGV', ['KEYS', 'ARGV'])
+/** A lone script reads KEYS and ARGV a few times: as the globals they are. */
+export const GLOBAL_FRAME = generated('the call\'s arguments', '', ['KEYS', 'ARGV'])
 
 /**
  * `algorithm(n)`: every algorithm, numbered in ALGORITHMS order (the scripts'
  * algorithm numbers), then slots (CONCURRENCY_NUMBER), each built on its first
  * use in a call. A script's top level runs on every call and each closure it
- * creates costs (benchmarks/instructions.ts): one function and one table here,
- * where a maker per algorithm cost six closures more.
+ * creates costs (benchmarks/instructions.ts): one function and one table here.
  */
-export function algorithmBuilder (sources: ScriptSources): string {
-  const chunks: Array<[string, string]> = [...ALGORITHMS.map((name): [string, string] => [name, sources.algorithms[name]]), ['concurrency', sources.concurrency]]
-  const branches = chunks.map(([name, chunk], i) => `  ${i === 0 ? 'if' : 'elseif'} n == ${i + 1} then\n    -- ${name}\n    fn = (function ()\n${chunk}end)()`)
-  return `local built = {}
+export function algorithmTable (sources: ScriptSources, scope: ReadonlySet<string>): Part {
+  const chunks = [...ALGORITHMS.map((name) => sources[name]), sources.concurrency]
+  const branches = chunks.map((fragment, i) => `  ${i === 0 ? 'if' : 'elseif'} n == ${i + 1} then\n    -- ${fragment.name}\n    fn = ${chunk(fragment, new Set(scope))}`)
+  return generated('algorithm(n)', `local built = {}
 local function algorithm (n)
   local fn = built[n]
   if fn ~= nil then return fn end
@@ -75,101 +125,64 @@ ${branches.join('\n')}
   end
   built[n] = fn
   return fn
-end`
+end`, ['algorithm'])
 }
 
-/** batch.lua with multi.lua, penalty.lua and paths.lua spliced into its lazily built paths() (at its --@splice line). */
-export function batchDriver (sources: ScriptSources): string {
-  const marker = /^ *--@splice .*$/m
-  if (!marker.test(sources.batch)) throw new Error('scripts/batch.lua has lost its --@splice line')
-  return sources.batch.replace(marker, () => `${sources.multi}\n${sources.penalty}\n${sources.paths}`)
+/** The batch driver's paths beyond its common case, built on their first use in a call (one closure). */
+function lazyPaths (sources: ScriptSources, scope: ReadonlySet<string>): Part {
+  const inner = new Set(scope)
+  const body = assemble([sources.multi, sources.penalty], inner)
+  return generated('paths()', `local slowPaths
+local function paths ()
+  if slowPaths == nil then
+    slowPaths = (function ()
+${body}
+${assemble([sources.paths], inner)}end)()
+  end
+  return slowPaths
+end`, ['paths'])
 }
 
-/** The wire constants (protocol.ts) and the prelude: the top of every script, and of the Functions library. */
-export function prelude (sources: ScriptSources): string {
-  return `local MULTI_STRIDE, SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK = ${MULTI_STRIDE}, ${SPEC_STRIDE}, ${DECISION_STRIDE}, ${ADJUST_STRIDE}, ${REPLY_PACK}
-${sources.prelude}`
+/** The parts of a call, in a scope that already holds what the top provides. */
+export function batchCall (sources: ScriptSources, scope: Set<string>): string {
+  const head = assemble([sources['batch-specs']], scope)
+  return `${head}\n${assemble([lazyPaths(sources, scope), sources['batch-loop']], scope)}`
 }
 
-function header (what: string, sources: ScriptSources): string {
-  return `#!lua
--- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua
-${prelude(sources)}`
+/** The top every script and the library share: prelude, bindings, clock, algorithms, reply, specs. */
+export function sharedTop (sources: ScriptSources, bind: Part, scope: Set<string>): string {
+  const head = assemble([PRELUDE_LINE, sources.prelude, bind, sources.clock], scope)
+  return `${head}\n${assemble([algorithmTable(sources, scope), sources.reply, sources.spec], scope)}`
 }
 
-/** One algorithm's script reads its ARGV as numbers and replies with a table (refund: { given }; ARGV[7] the charge's time, default now). */
-const STANDALONE_CALL = `local mode = 0
-if ARGV[6] == '1' then mode = 1 elseif ARGV[6] == '2' then mode = 2 elseif ARGV[6] == '3' then mode = 3 end
-local now = nowMs(ARGV[5])
-return { algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now, mode, tonumber(ARGV[7]) or now) }
-`
+function loaded (source: string): LoadedScript {
+  return { source, sha: createHash('sha1').update(source).digest('hex') }
+}
 
-/**
- * A lone decision's call: `fn` (an algorithm's function) on its spec's numbers
- * (ARGV[1], spec.lua), the cost ('1' read without strtod) and now, replying as
- * the batch script does: `now`, then the straight decision's two, three or
- * four values (batch.lua), or the error text alone.
- */
-export function loneCall (fn: string): string {
-  return `local spec, cost, now = blockSpec(ARGV[1]), ARGV[2], nowMs(ARGV[3])
-local ok, a, r, reset, retry, nextMs = pcall(${fn}, KEYS[1], spec[2], spec[3], spec[4], cost == '1' and 1 or tonumber(cost), now, 0)
-if not ok then return { now, errorText(a) } end
-out[1] = now
-out[emit(1, a, r, reset, retry, nextMs) + 1] = nil
-return out
-`
+function header (what: string): string {
+  return `#!lua\n-- ${what}, assembled by lib/store/redis/scripts.ts from scripts/*.lua\n`
 }
 
 /**
  * The store's script for a call of one straight decision (one block, charged,
  * no penalty, period or slot), per algorithm in ALGORITHMS order: KEYS[1] =
  * state key; ARGV = the block's spec text (protocol.ts specText), cost, now
- * ('' = Redis TIME).
- * Under light load most calls hold one decision, and this script costs Redis
- * about a third less than the batch script's driver for it
- * (benchmarks/instructions.ts).
+ * ('' = Redis TIME); scripts/lone.lua. Under light load most calls hold one
+ * decision, and this script costs Redis less than the batch script's driver.
  */
 export function loadLoneScripts (sources: ScriptSources = readSources()): LoadedScript[] {
-  return ALGORITHMS.map((name) => loaded(`${header(`${name}, one decision`, sources)}
-${algorithmLocal('algorithm', name, sources.algorithms[name])}
-${sources.reply}
-${sources.spec}
-${loneCall('algorithm')}`))
+  return ALGORITHMS.map((name) => {
+    const scope = new Set<string>()
+    const top = assemble([PRELUDE_LINE, sources.prelude, bindings(sources), sources.clock], scope)
+    const fn = generated(`${name} as lone`, `-- ${name}\nlocal lone = ${chunk(sources[name], scope)}`, ['lone'])
+    return loaded(`${header(`${name}, one decision`)}${top}\n${assemble([fn, sources.reply, sources.spec, GLOBAL_FRAME, sources.lone], scope)}`)
+  })
 }
 
-/**
- * One algorithm's script on its own: KEYS[1] = state key; ARGV = limit,
- * windowMs, burst, cost, now ('' = Redis TIME), mode (see SCRIPT_MODE).
- * Tests and benchmarks run these; the store sends only the batch script.
- */
-export function loadScripts (sources: ScriptSources = readSources()): Record<AlgorithmName, LoadedScript> {
-  const scripts = {} as Record<AlgorithmName, LoadedScript>
-  for (const name of ALGORITHMS) {
-    scripts[name] = loaded(`${header(name, sources)}
-${algorithmLocal('algorithm', name, sources.algorithms[name])}
-${STANDALONE_CALL}`)
-  }
-  return scripts
-}
-
-/**
- * The multi-limit script: the multi driver (scripts/multi.lua, layout there)
- * on its own, what the multi-limit property test holds to the memory store.
- * The store sends decisions through the batch script, which embeds it.
- */
-export function buildMultiScript (sources: ScriptSources = readSources()): LoadedScript {
-  return loaded(`${header('multi-limit driver', sources)}
-${algorithmBuilder(sources)}
-${sources.multi}
-return multi(KEYS, ARGV)
-`)
-}
-
-/** The batch script (scripts/batch.lua; wire format in protocol.ts): what the store sends. */
+/** The batch script (scripts/batch*.lua; wire format in protocol.ts): what the store sends. */
 export function buildBatchScript (sources: ScriptSources = readSources()): LoadedScript {
-  return loaded(`${header('batch driver', sources)}
-${algorithmBuilder(sources)}
-${sources.reply}
-${sources.spec}
-${batchDriver(sources)}`)
+  const scope = new Set<string>()
+  const top = sharedTop(sources, bindings(sources), scope)
+  const driver = assemble([sources.batch, SCRIPT_FRAME], scope)
+  return loaded(`${header('batch driver')}${top}\n${driver}\n${batchCall(sources, scope)}`)
 }

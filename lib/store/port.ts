@@ -201,7 +201,7 @@ export interface Store {
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */
   warmUp: (log?: StartupLog) => Promise<void>
-  /** The records hash under `key` (one key: one slot, so a Cluster holds it on one node). */
+  /** The records hash under `key` (one key: one slot, so a Cluster holds it on one node); each Redis handle carries its own TIME estimate. */
   records: (key: string) => RecordHash
   /** Whether every key of one call must share a hash slot (a Redis Cluster). */
   readonly cluster: boolean

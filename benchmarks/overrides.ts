@@ -1,5 +1,5 @@
 /*
- * The per-request cost of runtime overrides (lib/overrides.ts Overrides.apply),
+ * The per-request cost of runtime overrides (lib/fleet/overrides.ts Overrides.apply),
  * measured directly rather than as a req/s difference: the exact call the
  * route hook makes, on a freshly assembled key, in a tight loop, median of
  * rounds, minus the same loop (key assembly included) around an identity function. Redis does nothing per request for overrides.
@@ -7,10 +7,11 @@
  *   npx tsx benchmarks/overrides.ts [iterations]
  */
 import Fastify from 'fastify'
-import { Overrides } from '../lib/api/overrides.js'
+import { Overrides } from '../lib/fleet/overrides.js'
 import { compilePolicy, runsForTier, type CompileContext } from '../lib/policy/policy.js'
 import { assembleKeys, blockId } from '../lib/keys/layout.js'
 import type { BlockRun } from '../lib/store/port.js'
+import { MemoryRecords } from '../lib/store/memory/records.js'
 import { nsPerCall } from './common.js'
 
 const ITERATIONS = Number(process.argv[2] ?? 2_000_000)
@@ -31,11 +32,10 @@ function measure (label: string, apply: (runs: readonly BlockRun[], keys: readon
 
 async function main (): Promise<void> {
   const base = measure('loop alone (key assembly, identity function)', (runs) => runs)
-  // The memory store's records (no client): judged by the host clock, as in one process.
-  const clocks = { test: undefined, host: Date.now, monotonic: () => performance.now() }
-  const none = new Overrides(undefined, 'rl:overrides', clocks, log)
+  // The memory store's records (no Redis): judged by the host clock, as in one process.
+  const none = new Overrides(new MemoryRecords(Date.now), log)
   const empty = measure('no override in force', (runs, k) => none.apply(policy, runs, k))
-  const some = new Overrides(undefined, 'rl:overrides', clocks, log)
+  const some = new Overrides(new MemoryRecords(Date.now), log)
   // 1,000 callers of other routes have their own overrides: every request misses twice.
   for (let i = 0; i < 1000; i++) await some.set({ id: `rl:{GET:/other|ip=10.1.0.${i}}:SW60000`, blockId: 'rl:{GET:/other|*}:SW60000', block: 'other', route: 'GET /other', identity: null, limit: 5, expiresAt: null, actor: 'bench', reason: 'bench', setAt: 0 })
   const miss = measure('1,000 overrides in force, none for this route', (runs, k) => some.apply(policy, runs, k))

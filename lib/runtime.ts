@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
-import { Bans } from './api/bans.js'
-import { Overrides } from './api/overrides.js'
+import { Bans } from './fleet/bans.js'
+import { Overrides } from './fleet/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
 import { SlotKeeper } from './decide/slots.js'
@@ -79,8 +79,6 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
   const clock = options.clock ?? options.hostClock
   const elapsed = options.clock ?? monotonicClock
   let local: MemoryStore | undefined
-  const client = store instanceof RedisStore ? store.client : undefined
-  const fleetClocks = { test: options.clock, host: options.hostClock, monotonic: () => performance.now() }
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
@@ -106,8 +104,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(client, overridesKey(options.prefix), fleetClocks, fastify.log),
-    bans: new Bans(client, bansKey(options.prefix), fleetClocks, fastify.log, identityContext(fastify, options, elapsed)),
+    overrides: new Overrides(store.records(overridesKey(options.prefix)), fastify.log),
+    bans: new Bans(store.records(bansKey(options.prefix)), fastify.log, identityContext(fastify, options, elapsed)),
     identityTimeout: options.identityTimeout
   }
   return runtime
@@ -124,7 +122,7 @@ export function compileContext (
     prefix: options.prefix,
     onRedisError: options.onRedisError,
     mode: options.mode,
-    cluster: runtime.store instanceof RedisStore && runtime.store.cluster,
+    cluster: runtime.store.cluster,
     fleetSize: options.fleetSize,
     hook: options.hook,
     periodNow: options.periodClock ?? options.clock ?? options.hostClock,

@@ -1,7 +1,7 @@
 import { test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import rateLimit from '../lib/index.js'
-import { OVERRIDE_POLL_MS } from '../lib/api/overrides.js'
+import { OVERRIDE_POLL_MS } from '../lib/fleet/overrides.js'
 import { TestClock } from './helpers/app.js'
 import { Cluster, Redis } from 'ioredis'
 import { createClient, deletePrefix, freePort, getRedis, uniquePrefix } from './helpers/redis.js'

@@ -6,9 +6,9 @@ import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
-import type { Bans } from './bans.js'
+import type { Bans } from '../fleet/bans.js'
 import { changeText, identityInput, shownIdentity, ttlInput } from './inputs.js'
-import type { Overrides } from './overrides.js'
+import type { Overrides } from '../fleet/overrides.js'
 import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
 import type { PolicyRegistry } from './registry.js'
 import type {
@@ -127,7 +127,7 @@ async function overrideRecord (
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
   const recordId = identity === undefined ? id : (await apiKeys(policy, identity))[index] as string
-  // Redis time: every instance judges the expiry by it (fleet-records.ts).
+  // The store's clock: every instance judges the expiry by it (fleet/records.ts).
   const now = await overrides.stamp()
   return {
     id: recordId,

@@ -2,7 +2,7 @@ import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { canonicalIp } from '../keys/ip.js'
 import { shown } from '../policy/validate.js'
 import type { PolicySummary, RateLimitApi, RateLimitBan, RateLimitBanInput, RateLimitBanKind } from '../types.js'
-import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from './bans.js'
+import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from '../fleet/bans.js'
 import { changeText, shownIdentity, ttlInput } from './inputs.js'
 import type { PolicyRegistry } from './registry.js'
 
@@ -60,7 +60,7 @@ async function banRecord (registry: PolicyRegistry, bans: Bans, input: RateLimit
   const actor = changeText(input.actor, 'actor', METHOD)
   const reason = changeText(input.reason, 'reason', METHOD)
   const id = `${route}|${await rendered(bans, kind, value)}`
-  // Redis time: every instance judges the expiry by it (fleet-records.ts).
+  // The store's clock: every instance judges the expiry by it (fleet/records.ts).
   const now = await bans.stamp()
   return {
     id,

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Bans } from '../api/bans.js'
+import type { Bans } from '../fleet/bans.js'
 import { recordBan } from '../decide/evaluate.js'
 import { TELEMETRY_THREW } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
@@ -9,7 +9,7 @@ import type { RateLimitBan, RateLimitDecision } from '../types.js'
 
 /*
  * Operator bans on the request path: the route hook asks the local ban map
- * (api/bans.ts, refreshed by a poll: never Redis) before anything else, and
+ * (fleet/bans.ts, refreshed by a poll: never Redis) before anything else, and
  * only while it holds a ban. A banned request is refused with no store call
  * and no RateLimit fields: no quota applies to it.
  */

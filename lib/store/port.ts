@@ -145,6 +145,32 @@ export interface Decided {
   at: number
 }
 
+/** One hash's records as read: each id's JSON, and the store's clock (ms) when they were read. */
+export interface RecordsRead {
+  fields: Map<string, string>
+  at: number
+}
+
+/**
+ * One hash of operator records (bans, overrides: lib/fleet/), one JSON per
+ * id. Times are the store's (Redis TIME of the node that holds the hash, or
+ * the `clock` option standing in for it; the memory store's clock), never an
+ * instance's, and a lapsed record is deleted only by a compare-and-delete
+ * that checks the store's own clock.
+ */
+export interface RecordHash {
+  read: () => Promise<RecordsRead>
+  /** The store's clock now, without a call: on Redis, TIME at the last read or stamp plus the monotonic time since. */
+  now: () => number
+  /** The store's clock read now (one round trip on Redis unless the `clock` option stands in for TIME): a new record's time. */
+  stamp: () => Promise<number>
+  write: (id: string, json: string) => Promise<void>
+  /** Whether there was a record to delete. */
+  remove: (id: string) => Promise<boolean>
+  /** Deletes `id` only if it still holds `json` and `expiresAt` has passed on the store's clock; whether it did. */
+  removeLapsed: (id: string, json: string, expiresAt: number) => Promise<boolean>
+}
+
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
@@ -175,5 +201,9 @@ export interface Store {
   reset: (keys: readonly string[]) => Promise<void>
   /** Called at app.ready(): gives a connecting client a bounded moment to become ready; `log` gets debug notes. */
   warmUp: (log?: StartupLog) => Promise<void>
+  /** The records hash under `key` (one key: one slot, so a Cluster holds it on one node); each Redis handle carries its own TIME estimate. */
+  records: (key: string) => RecordHash
+  /** Whether every key of one call must share a hash slot (a Redis Cluster). */
+  readonly cluster: boolean
   close: () => void
 }

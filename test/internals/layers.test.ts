@@ -44,35 +44,41 @@ function importsOf (file: string): Import[] {
   return out
 }
 
-/** Tiers each tier may import values from (itself always); type-only imports may also reach `types`. */
+/**
+ * Tiers each tier may import values from (itself always); type-only imports
+ * may also reach `types`. Only edges some module uses are listed, a value
+ * edge only where a value is imported.
+ */
 const ALLOWED: Record<string, readonly string[]> = {
   util: [],
   errors: [],
-  diagnostics: ['util'],
+  diagnostics: [],
   store: ['util', 'errors'],
-  keys: ['util', 'errors', 'store'],
-  policy: ['util', 'errors', 'store', 'keys'],
-  decide: ['util', 'errors', 'store', 'keys', 'policy', 'diagnostics'],
-  reply: ['util', 'errors', 'store', 'decide'],
-  request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'reply', 'diagnostics'],
-  api: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
-  options: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'request'],
+  keys: ['util', 'errors'],
+  policy: ['errors', 'store', 'keys'],
+  fleet: ['keys', 'policy'],
+  decide: ['util', 'errors', 'store', 'diagnostics'],
+  reply: ['util', 'errors', 'decide'],
+  request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
+  api: ['errors', 'keys', 'policy', 'fleet', 'decide'],
+  options: ['errors', 'store', 'keys', 'policy', 'request'],
   types: [],
-  runtime: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options'],
-  index: ['util', 'errors', 'diagnostics', 'store', 'keys', 'policy', 'decide', 'reply', 'request', 'api', 'options', 'runtime', 'types']
+  runtime: ['util', 'errors', 'store', 'keys', 'fleet', 'decide', 'reply'],
+  index: ['errors', 'diagnostics', 'store', 'keys', 'policy', 'request', 'api', 'options', 'runtime', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
 const TYPES_ALSO: Record<string, readonly string[]> = {
   errors: ['types'],
-  store: ['types'],
-  keys: ['types'],
-  policy: ['types', 'decide'],
-  decide: ['types', 'reply'],
-  reply: ['types', 'policy'],
-  request: ['types', 'api'],
-  api: ['types', 'request'],
-  options: ['types'],
-  types: ['store', 'policy']
+  keys: ['types', 'store'],
+  policy: ['types'],
+  fleet: ['types', 'store'],
+  decide: ['types', 'policy'],
+  reply: ['types', 'store', 'policy'],
+  request: ['types', 'fleet', 'reply'],
+  api: ['types', 'store'],
+  options: ['types', 'decide'],
+  types: ['store'],
+  runtime: ['policy', 'request', 'options']
 }
 
 test('every lib module sits in a known tier and imports only what its tier may', async (t) => {
@@ -96,6 +102,12 @@ test('the decision engine and the stores import no Fastify value', async (t) => 
     for (const entry of importsOf(file)) {
       if (entry.to === 'fastify' || entry.to === 'fastify-plugin') t.ok(entry.typeOnly, `${relative(lib, file)} imports ${entry.to} for types only`)
     }
+  }
+})
+
+test('only the store tier asks which store it has (the port says what the rest needs)', async (t) => {
+  for (const file of sources(lib).filter((file) => tierOf(file) !== 'store')) {
+    t.notMatch(readFileSync(file, 'utf8'), /instanceof\s+(RedisStore|MemoryStore)\b/, `${relative(lib, file)} tests no store class`)
   }
 })
 

@@ -1,7 +1,7 @@
 import tap, { test, type Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import type { RateLimitPluginOptions } from '../../lib/index.js'
-import { OVERRIDE_POLL_MS } from '../../lib/api/overrides.js'
+import { OVERRIDE_POLL_MS } from '../../lib/fleet/overrides.js'
 import { buildApp } from '../helpers/app.js'
 import { FLAVOURS, type ClientFlavour, type FlavourClient } from '../helpers/clients.js'
 import { readState, scriptCalls, uniquePrefix } from '../helpers/redis.js'

@@ -1,7 +1,8 @@
 import type { BlockParams, RawDecision } from '../algorithms.js'
 import { periodAt } from '../periods.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { MemoryRecords } from './records.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
 
@@ -49,6 +50,8 @@ export class MemoryStore implements Store {
   readonly #entries: LruMap<string, Entry>
   readonly #clock: () => number
   readonly #sweeper: NodeJS.Timeout
+  readonly #records = new Map<string, MemoryRecords>()
+  readonly cluster = false
 
   constructor (clock: () => number = Date.now, maxKeys = DEFAULT_MAX_KEYS) {
     this.#clock = clock
@@ -242,6 +245,13 @@ export class MemoryStore implements Store {
   }
 
   async warmUp (): Promise<void> {}
+
+  /** One hash per key, kept apart from the limiter's keys (never swept, never evicted: operators' records). */
+  records (key: string): RecordHash {
+    let records = this.#records.get(key)
+    if (records === undefined) this.#records.set(key, records = new MemoryRecords(this.#clock))
+    return records
+  }
 
   close (): void {
     clearInterval(this.#sweeper)

@@ -8,7 +8,8 @@ import { buildLibrary } from './library.js'
 import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
-import { penaltyKey, type Adjustment, type StartupLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { RedisRecords } from './records.js'
+import { penaltyKey, type Adjustment, type RecordHash, type StartupLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -65,6 +66,8 @@ export class RedisStore implements Store {
   readonly #client: ClientPort
   readonly #route: ScriptRoute
   readonly #dispatcher: Dispatcher
+  /** The `clock` option: it stands in for Redis TIME. */
+  readonly #clock: (() => number) | undefined
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
   #log: StartupLog | undefined
@@ -72,6 +75,7 @@ export class RedisStore implements Store {
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
     this.#client = client
+    this.#clock = clock
     this.#retryMs = Math.max(50, options.timeout)
     const sources = readSources()
     this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
@@ -85,7 +89,7 @@ export class RedisStore implements Store {
     })
   }
 
-  /** The client, for what is not a decision (runtime overrides). */
+  /** The client's port (another store on the same client, in tests). */
   get client (): ClientPort {
     return this.#client
   }
@@ -168,6 +172,10 @@ export class RedisStore implements Store {
       return
     }
     await awaitWithin(warmMasters(client, this.#route, log), Math.max(0, deadline - performance.now()), 'script load')
+  }
+
+  records (key: string): RecordHash {
+    return new RedisRecords(this.#client, key, this.#clock)
   }
 
   close (): void {}

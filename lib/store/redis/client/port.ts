@@ -1,7 +1,7 @@
 /*
- * The client port: everything the Redis store, its dispatcher and the
- * runtime overrides need from a Redis client, with one adapter per client
- * family (ioredis.ts: ioredis and iovalkey; node-redis.ts: the `redis`
+ * The client port: everything the Redis store, its dispatcher and its
+ * records hashes (records.ts) need from a Redis client, with one adapter per
+ * client family (ioredis.ts: ioredis and iovalkey; node-redis.ts: the `redis`
  * package). Nothing here imports a client package: a user installs only
  * their own client, and detect.ts picks the adapter by duck typing.
  */
@@ -66,7 +66,7 @@ export interface ClientPort {
   hset: (key: string, field: string, value: string) => Promise<unknown>
   /** The number of fields removed. */
   hdel: (key: string, field: string) => Promise<number>
-  /** A plain EVAL for small admin scripts (overrides' delete-if-same); never defused. */
+  /** A plain EVAL for small admin scripts (records.ts's compare-and-delete); never defused. */
   eval: (source: string, keys: readonly string[], args: readonly string[]) => Promise<unknown>
 }
 

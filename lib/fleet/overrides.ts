@@ -2,14 +2,13 @@ import type { FastifyBaseLogger } from 'fastify'
 import { blockId } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
-import type { BlockRun } from '../store/port.js'
-import type { ClientPort } from '../store/redis/client/port.js'
+import type { BlockRun, RecordHash } from '../store/port.js'
 import type { RateLimitOverride } from '../types.js'
-import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetClocks, type FleetEntry } from './fleet-records.js'
+import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetEntry } from './records.js'
 
 /*
  * Runtime overrides of a block's `limit`, fleet-wide, as fleet records
- * (fleet-records.ts: one hash per prefix, keys/layout.ts overridesKey, read
+ * (records.ts: one hash per prefix, keys/layout.ts overridesKey, read
  * by every instance every OVERRIDE_POLL_MS). One record per override, under
  * its id: the caller's key for one caller, the block's id for every caller.
  * Keys carry the window, never the limit, so a caller keeps its count.
@@ -43,8 +42,8 @@ function idsOf (policy: CompiledPolicy): string[] {
 }
 
 export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
-  constructor (client: ClientPort | undefined, key: string, clocks: FleetClocks, log: FastifyBaseLogger) {
-    super(client, key, clocks, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) })
+  constructor (records: RecordHash, log: FastifyBaseLogger) {
+    super(records, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) })
   }
 
   /**

@@ -2,12 +2,12 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod } from '../keys/layout.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import type { ClientPort } from '../store/redis/client/port.js'
+import type { RecordHash } from '../store/port.js'
 import type { RateLimitBan, RateLimitBanKind } from '../types.js'
-import { FleetRecords, parseJson, type FleetClocks, type FleetEntry } from './fleet-records.js'
+import { FleetRecords, parseJson, type FleetEntry } from './records.js'
 
 /*
- * Operator bans, fleet-wide, as fleet records (fleet-records.ts: one hash per
+ * Operator bans, fleet-wide, as fleet records (records.ts: one hash per
  * prefix, keys/layout.ts bansKey, read by every instance every poll). A ban
  * names one identity kind and value, rendered exactly as a key's identity part
  * is (`ip=<canonical ip>`, `u=<hash>`, `k=<hash>`: keys/identity.ts), so no
@@ -59,8 +59,8 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   readonly #routes = new WeakSet<CompiledPolicy>()
 
   /** `context`: the plugin's identity options, so values render (and hash) as in keys. */
-  constructor (client: ClientPort | undefined, key: string, clocks: FleetClocks, log: FastifyBaseLogger, context: IdentityContext) {
-    super(client, key, clocks, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) })
+  constructor (records: RecordHash, log: FastifyBaseLogger, context: IdentityContext) {
+    super(records, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) })
     this.#context = context
   }
 

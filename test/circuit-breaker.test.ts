@@ -12,7 +12,7 @@ import { CHANNELS, type StoreErrorMessage } from '../lib/index.js'
 import { buildApp, TestClock, listenChannel } from './helpers/app.js'
 import { adminClient, pluginClient, startServer, type ManagedServer } from './helpers/topologies.js'
 import { PERIOD_CLOCK } from '../lib/store/periods.js'
-import { HOST_CLOCK } from '../lib/options.js'
+import { HOST_CLOCK } from '../lib/options/index.js'
 
 const COOLDOWN = 250
 

@@ -2,7 +2,7 @@ import { test, type Test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
-import { HOST_CLOCK } from '../lib/options.js'
+import { HOST_CLOCK } from '../lib/options/index.js'
 import { TestClock } from './helpers/app.js'
 import { createClient, deletePrefix, getRedis, uniquePrefix } from './helpers/redis.js'
 

@@ -19,8 +19,9 @@ import type {
   RateLimitOverride,
   RateLimitOverrideInput,
   RateLimitTarget
-} from '../types.js'
-import { isCost, isCount, MAX_COST, shown } from '../policy/validate.js'
+} from '../types/index.js'
+import { isCost, MAX_COST } from '../policy/rules.js'
+import { isCount, shown } from '../util/validate.js'
 import type { Adjustment, BlockRun } from '../store/port.js'
 
 /*

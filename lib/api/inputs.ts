@@ -1,6 +1,6 @@
 import { FST_RRL_INVALID_API_CALL } from '../errors.js'
-import { shown } from '../policy/validate.js'
-import type { RateLimitIdentity } from '../types.js'
+import { shown } from '../util/validate.js'
+import type { RateLimitIdentity } from '../types/index.js'
 
 /* What the programmatic API checks of its callers' input, shared by peek/consume/reset, overrides and bans. */
 

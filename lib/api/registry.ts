@@ -2,7 +2,7 @@ import { FST_RRL_AMBIGUOUS_TARGET, FST_RRL_INVALID_API_CALL, FST_RRL_UNKNOWN_POL
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { TargetRegistry } from '../policy/summary.js'
-import type { PolicySummary } from '../types.js'
+import type { PolicySummary } from '../types/index.js'
 
 /*
  * Where the programmatic API finds a target's policy: by route label (one

@@ -9,7 +9,7 @@ import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { MemoryStore } from '../store/memory/store.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun, Store } from '../store/port.js'
-import type { RateLimitDecision, RateLimitStats } from '../types.js'
+import type { RateLimitDecision, RateLimitStats } from '../types/index.js'
 
 /*
  * What the engine takes (a Runtime, a DecisionInput, a DecisionOrigin) and

@@ -7,7 +7,7 @@ import { holdUntil, type DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
-import type { RateLimitDecision } from '../types.js'
+import type { RateLimitDecision } from '../types/index.js'
 import { isSlotRun } from '../store/port.js'
 
 export { combine, type Verdict } from './combine.js'

@@ -6,7 +6,7 @@ import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contr
 import { decisionChannel, type DecisionSource } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { DecideMode } from '../store/port.js'
-import type { RateLimitPolicyDecision } from '../types.js'
+import type { RateLimitPolicyDecision } from '../types/index.js'
 
 function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, charge: Charge): RateLimitPolicyDecision[] {
   const { policy, runs, costs } = input

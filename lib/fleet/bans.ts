@@ -3,7 +3,7 @@ import { compileIdentity, type CompiledIdentity, type IdentityContext } from '..
 import { keyMethod } from '../keys/layout.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { RecordHash } from '../store/port.js'
-import type { RateLimitBan, RateLimitBanKind } from '../types.js'
+import type { RateLimitBan, RateLimitBanKind } from '../types/index.js'
 import { FleetRecords, parseJson, type FleetEntry } from './records.js'
 
 /*

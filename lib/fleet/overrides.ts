@@ -3,7 +3,7 @@ import { blockId } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
 import type { BlockRun, RecordHash } from '../store/port.js'
-import type { RateLimitOverride } from '../types.js'
+import type { RateLimitOverride } from '../types/index.js'
 import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetEntry } from './records.js'
 
 /*

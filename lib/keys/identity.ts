@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import type { IdentityFunction, IdentityPartSpec } from '../types.js'
+import type { IdentityFunction, IdentityPartSpec } from '../types/index.js'
 import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
@@ -11,7 +11,7 @@ import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
  * never pools unrelated callers (it is per IP) and never errors.
  */
 
-export type { IdentityFunction, IdentityPartSpec } from '../types.js'
+export type { IdentityFunction, IdentityPartSpec } from '../types/index.js'
 
 /** What every part may log about itself: its kind, never its value. */
 export type IdentityKind = 'ip' | 'user' | 'api-key' | 'header' | 'param' | 'body' | 'custom'

@@ -3,9 +3,10 @@ import type { BreakerOptions } from '../decide/circuit-breaker.js'
 import { parseWindow } from '../policy/duration.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'
-import type { HeaderFormat } from '../types.js'
+import type { HeaderFormat } from '../types/index.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
-import { choiceProblem, shown } from '../policy/validate.js'
+import { choiceProblem, shown } from '../util/validate.js'
+import { DEFAULTS } from './defaults.js'
 
 /* Validators of single plugin options: each throws FST_RRL_INVALID_OPTION naming the option. */
 
@@ -21,15 +22,15 @@ export const MAX_FLEET = 100_000
 export const MAX_KEYS = 10_000_000
 const MAX_BREAKER_FAILURES = 10_000
 
-/** `circuitBreaker`: false, or { failures?, cooldown? } with defaults 5 and 250 ms. */
+/** `circuitBreaker`: false, or { failures?, cooldown? } (DEFAULTS.circuitBreaker for each one missing). */
 export function resolveBreaker (value: unknown): BreakerOptions | undefined {
   if (value === false) return undefined
   const input = (value ?? {}) as Record<string, unknown>
   if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => key !== 'failures' && key !== 'cooldown')) {
     throw new FST_RRL_INVALID_OPTION('circuitBreaker', 'must be false or { failures?: number, cooldown?: duration }')
   }
-  const failures = integerOption(input, 'failures', 5, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
-  const cooldownMs = parseWindow(input.cooldown ?? 250)
+  const failures = integerOption(input, 'failures', DEFAULTS.circuitBreaker.failures, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
+  const cooldownMs = parseWindow(input.cooldown ?? DEFAULTS.circuitBreaker.cooldown)
   if (typeof cooldownMs === 'string') throw new FST_RRL_INVALID_OPTION('circuitBreaker.cooldown', cooldownMs)
   return { failures, cooldownMs }
 }
@@ -66,7 +67,7 @@ const HEADER_VALUES = "'ietf', 'draft-6', 'draft-7', 'legacy', 'both', false, or
  * `'both'` is ietf and legacy. A combination may not send one field name in two syntaxes.
  */
 export function resolveHeaders (value: unknown): readonly HeaderFormat[] {
-  if (value === undefined) return ['ietf']
+  if (value === undefined) return [DEFAULTS.headers]
   if (value === false) return []
   if (value === 'both') return ['ietf', 'legacy']
   const listed: unknown[] = Array.isArray(value) ? value : [value]
@@ -113,15 +114,15 @@ export function resolveHashSecret (value: unknown): Buffer | undefined {
   return bytes
 }
 
-/** `denyCache`: false (0 = off) or { max }; default 10,000 entries. */
+/** `denyCache`: false (0 = off) or { max }. */
 export function resolveDenyCache (value: unknown): number {
-  if (value === undefined || value === null) return 10_000
+  if (value === undefined || value === null) return DEFAULTS.denyCache.max
   if (value === false) return 0
   if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).some((key) => key !== 'max')) {
     throw new FST_RRL_INVALID_OPTION('denyCache', 'must be false or { max: <entries> }')
   }
   const max = (value as { max?: unknown }).max
-  if (max === undefined) return 10_000
+  if (max === undefined) return DEFAULTS.denyCache.max
   if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > MAX_DENY_CACHE) {
     throw new FST_RRL_INVALID_OPTION('denyCache', `max must be an integer from 1 to ${MAX_DENY_CACHE} (got ${shown(max)})`)
   }
@@ -141,7 +142,7 @@ export function resolveAllowList (value: unknown): SkipPredicate | undefined {
 }
 
 export function resolveConfigKey (value: unknown): string {
-  const configKey = value ?? 'rateLimit'
+  const configKey = value ?? DEFAULTS.configKey
   if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
     const got = JSON.stringify(configKey) ?? typeof configKey
     throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${got})`)

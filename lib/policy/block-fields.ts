@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto'
 import { DAY_MS } from '../store/algorithms.js'
 import type { Penalty } from '../store/port.js'
-import type { RateLimitBlock } from '../types.js'
+import type { RateLimitBlock } from '../types/index.js'
 import { parseWindow } from './duration.js'
-import { isCount, shown } from './validate.js'
+import { isCount, shown } from '../util/validate.js'
 
 /** Throws the block's coded error for `field` (block.ts binds it to the route). */
 export type Fail = (field: string, message: string) => never

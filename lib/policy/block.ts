@@ -4,17 +4,15 @@ import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod, keySuffix } from '../keys/layout.js'
 import type { BlockRun } from '../store/port.js'
-import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode, SkipPredicate } from '../types.js'
+import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode, SkipPredicate } from '../types/index.js'
 import {
-  choiceProblem,
   FAILURE_POLICIES,
   HOOKS,
-  isCount,
   isPolicyName,
   MODES,
-  POLICY_NAME_RULE,
-  shown
-} from './validate.js'
+  POLICY_NAME_RULE
+} from './rules.js'
+import { choiceProblem, isCount, shown } from '../util/validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
 import { BLOCK_FIELDS, unknownNameMessage } from './field-names.js'
 import { runAtLimit, type RunSpec } from './run.js'

@@ -1,7 +1,7 @@
 import { DAY_MS } from '../store/algorithms.js'
 import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../store/periods.js'
 import type { Fail } from './block-fields.js'
-import { choiceProblem, isCount, shown } from './validate.js'
+import { choiceProblem, isCount, shown } from '../util/validate.js'
 
 /**
  * What a block counts over: exactly one of these fields. A third kind

@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Fail } from './block-fields.js'
 import { burstOf, limitOf, type Shape } from './shape.js'
-import { shown } from './validate.js'
+import { shown } from '../util/validate.js'
 
 /*
  * The block field `settle`: the units a request actually used, known when it

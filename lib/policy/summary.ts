@@ -1,5 +1,5 @@
 import { constraintText, routeLabel } from '../keys/constraints.js'
-import type { PolicyBlockSummary, PolicySummary } from '../types.js'
+import type { PolicyBlockSummary, PolicySummary } from '../types/index.js'
 import type { CompiledBlock, CompiledPolicy } from './policy.js'
 
 /** Where the programmatic API finds policies by name (api.ts PolicyRegistry). */

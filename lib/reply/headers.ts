@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
-import type { HeaderFormat } from '../types.js'
+import type { HeaderFormat } from '../types/index.js'
 import {
   draftResetSeconds, nextSeconds, policyValues, remainingShown, reportingBinding, resetSeconds, runHeader, type RunHeader
 } from './header-items.js'

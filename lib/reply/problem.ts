@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
 import { FST_RRL_BANNED, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
-import type { RateLimitRefusal, ReplyBuilder } from '../types.js'
+import type { RateLimitRefusal, ReplyBuilder } from '../types/index.js'
 import { strayThenable } from '../util/await-within.js'
 
 /*

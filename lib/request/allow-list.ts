@@ -1,9 +1,9 @@
 import type { FastifyRequest } from 'fastify'
 import ipaddr from 'ipaddr.js'
-import type { SkipPredicate } from '../types.js'
+import type { SkipPredicate } from '../types/index.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 
-export type { SkipPredicate } from '../types.js'
+export type { SkipPredicate } from '../types/index.js'
 
 /*
  * Requests that are not limited at all: the plugin's `allowList` (addresses

@@ -5,7 +5,7 @@ import { TELEMETRY_THREW } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import type { InputRuntime } from './inputs.js'
-import type { RateLimitBan, RateLimitDecision } from '../types.js'
+import type { RateLimitBan, RateLimitDecision } from '../types/index.js'
 
 /*
  * Operator bans on the request path: the route hook asks the local ban map

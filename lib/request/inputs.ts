@@ -5,7 +5,8 @@ import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED
 import { assembleKeys } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
-import { isCost, isCount } from '../policy/validate.js'
+import { isCost } from '../policy/rules.js'
+import { isCount } from '../util/validate.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 
 /*

@@ -13,8 +13,8 @@ import { NOMINAL_PERIOD_MS } from '../../lib/policy/period.js'
 import { DAY_MS, MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
 import { penaltyKey } from '../../lib/store/port.js'
 import { parseWindow } from '../../lib/policy/duration.js'
-import { parseRouteTree, seenRoute } from '../../lib/policy/routes.js'
-import { crc16, keySlot } from '../../lib/store/redis/slots.js'
+import { parseRouteTree, seenRoute } from '../../lib/fastify/route-table.js'
+import { crc16, keySlot } from '../../lib/store/redis/cluster-slots.js'
 
 /** Redis Cluster's hash tag rule: the text between the first `{` and the next `}`, if non-empty. */
 function hashTag (key: string): string {

@@ -1,5 +1,5 @@
 import { test } from 'tap'
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { join, relative, resolve, dirname, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -55,16 +55,17 @@ const ALLOWED: Record<string, readonly string[]> = {
   diagnostics: [],
   store: ['util', 'errors'],
   keys: ['util', 'errors'],
-  policy: ['errors', 'store', 'keys'],
+  policy: ['util', 'errors', 'store', 'keys'],
   fleet: ['keys', 'policy'],
   decide: ['util', 'errors', 'store', 'diagnostics'],
   reply: ['util', 'errors', 'decide'],
   request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
-  api: ['errors', 'keys', 'policy', 'fleet', 'decide'],
-  options: ['errors', 'store', 'keys', 'policy', 'request'],
+  api: ['util', 'errors', 'keys', 'policy', 'fleet', 'decide'],
+  options: ['util', 'errors', 'store', 'keys', 'policy', 'request'],
   types: [],
   runtime: ['util', 'errors', 'store', 'keys', 'fleet', 'decide', 'reply'],
-  index: ['errors', 'diagnostics', 'store', 'keys', 'policy', 'request', 'api', 'options', 'runtime', 'types']
+  fastify: ['errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime'],
+  index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
 const TYPES_ALSO: Record<string, readonly string[]> = {
@@ -78,7 +79,8 @@ const TYPES_ALSO: Record<string, readonly string[]> = {
   api: ['types', 'store'],
   options: ['types', 'decide'],
   types: ['store'],
-  runtime: ['policy', 'request', 'options']
+  runtime: ['policy', 'request', 'options'],
+  fastify: ['types']
 }
 
 test('every lib module sits in a known tier and imports only what its tier may', async (t) => {
@@ -109,6 +111,11 @@ test('only the store tier asks which store it has (the port says what the rest n
   for (const file of sources(lib).filter((file) => tierOf(file) !== 'store')) {
     t.notMatch(readFileSync(file, 'utf8'), /instanceof\s+(RedisStore|MemoryStore)\b/, `${relative(lib, file)} tests no store class`)
   }
+})
+
+test('no lib module shares its base name with a sibling folder (options.ts beside options/)', async (t) => {
+  const twins = sources(lib).filter((file) => existsSync(file.replace(/\.ts$/, '')))
+  t.same(twins.map((file) => relative(lib, file)), [], 'each concept has one home')
 })
 
 test('nothing imports the entry module', async (t) => {

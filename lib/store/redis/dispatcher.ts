@@ -4,7 +4,7 @@ import { frameBatch, frameLone, splitBatchReply } from './protocol.js'
 import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
-import { bySlot } from './slots.js'
+import { bySlot } from './cluster-slots.js'
 import { isIdempotent, waitMore, type BatchJob, type InFlight, type Progress } from './in-flight.js'
 
 /*

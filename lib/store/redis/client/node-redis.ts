@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks'
-import { keySlot } from '../slots.js'
+import { keySlot } from '../cluster-slots.js'
 import { INERT, timeMs, toStringMap, type ClientKind, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
 
 /*

@@ -1,13 +1,13 @@
-import type { RateLimitApi, RateLimitDecision } from './types/api.js'
-import type { RouteRateLimit } from './types/options.js'
+import type { RateLimitApi, RateLimitDecision } from './api.js'
+import type { RouteRateLimit } from './options.js'
 
 /* The public types, one file per concern under types/; index.ts re-exports them all. */
 
-export type { AlgorithmName } from './store/algorithms.js'
-export * from './types/block.js'
-export * from './types/options.js'
-export * from './types/api.js'
-export * from './types/errors.js'
+export type { AlgorithmName } from '../store/algorithms.js'
+export * from './block.js'
+export * from './options.js'
+export * from './api.js'
+export * from './errors.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,9 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { compilePolicy, type CompileContext, type CompiledBlock } from '../policy/policy.js'
 import { listPolicy, ownBlockNames, type Listing } from '../policy/summary.js'
-import type { RateLimitBlock } from '../types.js'
+import type { RateLimitBlock } from '../types/index.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
-import { createRouteHook, type RouteRuntime } from './route-hook.js'
+import { createRouteHook, type RouteRuntime } from '../request/route-hook.js'
 
 /** The key's route segment of every not-found request: no real route has this URL. */
 const NOT_FOUND_ROUTE = { method: 'ANY', url: '(not-found)' } as const

@@ -1,15 +1,15 @@
 import type { FastifyRequest } from 'fastify'
-import type { SkipPredicate } from './request/allow-list.js'
-import type { BreakerOptions } from './decide/circuit-breaker.js'
-import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
-import { clientPort, describeClient } from './store/redis/client/detect.js'
-import { DEFAULT_MAX_KEYS } from './store/memory/store.js'
-import { DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS } from './store/algorithms.js'
-import { parseWindow } from './policy/duration.js'
-import { OPTION_NAMES, unknownNameMessage } from './policy/field-names.js'
-import { DEFAULT_IDENTITY_TIMEOUT_MS, type IdentityFunction } from './keys/identity.js'
-import { MAX_PREFIX_LENGTH } from './keys/layout.js'
-import { PERIOD_CLOCK } from './store/periods.js'
+import type { SkipPredicate } from '../request/allow-list.js'
+import type { BreakerOptions } from '../decide/circuit-breaker.js'
+import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from '../errors.js'
+import { clientPort, describeClient } from '../store/redis/client/detect.js'
+import { MAX_LEASE_MS, MIN_LEASE_MS } from '../store/algorithms.js'
+import { parseWindow } from '../policy/duration.js'
+import { DEFAULTS } from './defaults.js'
+import { OPTION_NAMES, unknownNameMessage } from '../policy/field-names.js'
+import type { IdentityFunction } from '../keys/identity.js'
+import { MAX_PREFIX_LENGTH } from '../keys/layout.js'
+import { PERIOD_CLOCK } from '../store/periods.js'
 import type {
   FailurePolicy,
   HeaderFormat,
@@ -18,20 +18,20 @@ import type {
   RateLimitHook,
   RateLimitMode,
   RateLimitPluginOptions
-} from './types.js'
+} from '../types/index.js'
 import {
   FAILURE_POLICIES,
   HOOKS,
   isPolicyName,
   MAX_IDENTITY_TIMEOUT_MS,
   MODES,
-  POLICY_NAME_RULE,
-  shown
-} from './policy/validate.js'
+  POLICY_NAME_RULE
+} from '../policy/rules.js'
+import { shown } from '../util/validate.js'
 import {
   choice, integerOption, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
   resolveAllowList, resolveBreaker, resolveConfigKey, resolveDenyCache, resolveHashSecret, resolveHeaders, STORES
-} from './options/fields.js'
+} from './fields.js'
 
 /** Plugin options after validation, with every default filled in. */
 export interface ResolvedOptions {
@@ -90,14 +90,14 @@ type Input = Record<string, unknown>
 function resolveStore (
   options: Input
 ): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxKeys'> {
-  const store = choice('store', options.store ?? 'redis', STORES)
+  const store = choice('store', options.store ?? DEFAULTS.store, STORES)
   const redis = options.redis
   if (redis !== undefined && clientPort(redis) === undefined) throw new FST_RRL_UNSUPPORTED_CLIENT('option `redis`', describeClient(redis))
-  const prefix = options.prefix ?? 'rl'
+  const prefix = options.prefix ?? DEFAULTS.prefix
   if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
     throw new FST_RRL_INVALID_OPTION('prefix', `must be 1 to ${MAX_PREFIX_LENGTH} characters from A-Z a-z 0-9 _ . : - (got ${JSON.stringify(prefix)})`)
   }
-  const timeout = options.timeout ?? 50
+  const timeout = options.timeout ?? DEFAULTS.timeout
   if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout > MAX_TIMEOUT_MS) {
     throw new FST_RRL_INVALID_OPTION('timeout', `must be an integer number of milliseconds from 1 to ${MAX_TIMEOUT_MS} (got ${shown(timeout)})`)
   }
@@ -106,10 +106,10 @@ function resolveStore (
     redis: redis as ResolvedOptions['redis'],
     prefix,
     timeout,
-    batchWrites: options.batchWrites !== false,
-    maxBatch: integerOption(options, 'maxBatch', 128, 1, MAX_BATCH),
-    maxPending: integerOption(options, 'maxPending', 50_000, 1, MAX_PENDING),
-    maxKeys: integerOption(options, 'maxKeys', DEFAULT_MAX_KEYS, 1, MAX_KEYS)
+    batchWrites: typeof options.batchWrites === 'boolean' ? options.batchWrites : DEFAULTS.batchWrites,
+    maxBatch: integerOption(options, 'maxBatch', DEFAULTS.maxBatch, 1, MAX_BATCH),
+    maxPending: integerOption(options, 'maxPending', DEFAULTS.maxPending, 1, MAX_PENDING),
+    maxKeys: integerOption(options, 'maxKeys', DEFAULTS.maxKeys, 1, MAX_KEYS)
   }
 }
 
@@ -157,7 +157,7 @@ function resolveBlocks (
 function resolveIdentity (
   options: Input
 ): Pick<ResolvedOptions, 'user' | 'apiKey' | 'ipv6Subnet' | 'hashSecret' | 'tier' | 'identityTimeout' | 'allowList'> {
-  const ipv6Subnet = options.ipv6Subnet ?? 64
+  const ipv6Subnet = options.ipv6Subnet ?? DEFAULTS.ipv6Subnet
   if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
     throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${shown(ipv6Subnet)})`)
   }
@@ -171,7 +171,7 @@ function resolveIdentity (
     ipv6Subnet,
     hashSecret: resolveHashSecret(options.hashSecret),
     tier: tier as ResolvedOptions['tier'],
-    identityTimeout: integerOption(options, 'identityTimeout', DEFAULT_IDENTITY_TIMEOUT_MS, 1, MAX_IDENTITY_TIMEOUT_MS),
+    identityTimeout: integerOption(options, 'identityTimeout', DEFAULTS.identityTimeout, 1, MAX_IDENTITY_TIMEOUT_MS),
     allowList: resolveAllowList(options.allowList)
   }
 }
@@ -186,13 +186,12 @@ function resolveReplies (options: Input): Pick<ResolvedOptions, 'headers' | 'rep
   if (replyBuilder !== undefined && options.useErrorHandler === true) {
     throw new FST_RRL_INVALID_OPTION('replyBuilder', 'and useErrorHandler: true both shape refusals: choose one (with useErrorHandler, shape the reply in setErrorHandler)')
   }
-  return { headers, replyBuilder: replyBuilder as ReplyBuilder | undefined, useErrorHandler: options.useErrorHandler === true }
+  return { headers, replyBuilder: replyBuilder as ReplyBuilder | undefined, useErrorHandler: typeof options.useErrorHandler === 'boolean' ? options.useErrorHandler : DEFAULTS.useErrorHandler }
 }
 
-/** `lease`: a duration from MIN_LEASE_MS to MAX_LEASE_MS; default 60 s. */
+/** `lease`: a duration from MIN_LEASE_MS to MAX_LEASE_MS. */
 function resolveLease (value: unknown): number {
-  if (value === undefined) return DEFAULT_LEASE_MS
-  const ms = parseWindow(value)
+  const ms = parseWindow(value ?? DEFAULTS.lease)
   if (typeof ms === 'string') throw new FST_RRL_INVALID_OPTION('lease', ms)
   if (ms < MIN_LEASE_MS || ms > MAX_LEASE_MS) {
     throw new FST_RRL_INVALID_OPTION('lease', `must be from ${MIN_LEASE_MS} ms (1s) to 1 day (got ${ms} ms): a slot outlives its instance by at most this, and it is renewed every lease / 3`)
@@ -231,18 +230,18 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     ...resolveBlocks(options),
     ...resolveIdentity(options),
     ...resolveReplies(options),
-    onRedisError: choice('onRedisError', options.onRedisError ?? 'open', FAILURE_POLICIES),
+    onRedisError: choice('onRedisError', options.onRedisError ?? DEFAULTS.onRedisError, FAILURE_POLICIES),
     clock: clock as (() => number) | undefined,
     periodClock: symbolClock(input, PERIOD_CLOCK),
     hostClock: symbolClock(input, HOST_CLOCK) ?? Date.now,
     denyCacheMax: resolveDenyCache(options.denyCache),
-    mode: choice('mode', options.mode ?? 'enforce', MODES),
-    printPolicies: options.printPolicies === true,
-    metrics: options.metrics !== false,
+    mode: choice('mode', options.mode ?? DEFAULTS.mode, MODES),
+    printPolicies: typeof options.printPolicies === 'boolean' ? options.printPolicies : DEFAULTS.printPolicies,
+    metrics: typeof options.metrics === 'boolean' ? options.metrics : DEFAULTS.metrics,
     fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
     circuitBreaker: resolveBreaker(options.circuitBreaker),
     configKey: resolveConfigKey(options.configKey),
-    hook: choice('hook', options.hook ?? 'onRequest', HOOKS),
+    hook: choice('hook', options.hook ?? DEFAULTS.hook, HOOKS),
     lease: resolveLease(options.lease)
   }
 }

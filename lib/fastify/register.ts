@@ -1,0 +1,196 @@
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
+import {
+  FST_RRL_INVALID_OPTION,
+  FST_RRL_MISSING_LIMIT,
+  FST_RRL_ROUTES_BEFORE_PLUGIN,
+  FST_RRL_TRUST_PROXY_TRUE
+} from '../errors.js'
+import { createApi, policyTable } from '../api/api.js'
+import { PolicyRegistry } from '../api/registry.js'
+import { loadMetrics, TELEMETRY_THREW } from '../diagnostics.js'
+import { constraintText, routeLabel } from '../keys/constraints.js'
+import { fastifyTrustProxy } from '../keys/ip.js'
+import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
+import { resolveOptions, type ResolvedOptions } from '../options/index.js'
+import {
+  compileGlobals,
+  compilePolicy,
+  globalPolicy,
+  type CompileContext,
+  type CompiledBlock,
+  type CompiledPolicy
+} from '../policy/policy.js'
+import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from '../policy/summary.js'
+import { limitNotFound } from './not-found.js'
+import { createRouteHook, type HookNext } from '../request/route-hook.js'
+import { markContexts, scopeMarker, seenRoute, unseenRoutes, type RouteEntry } from './route-table.js'
+import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from '../runtime.js'
+import type { PolicySummary, RateLimitPluginOptions } from '../types/index.js'
+
+/*
+ * The Fastify wiring of one registration: options resolved and startup
+ * compiled at register, a decision hook attached to each route by onRoute,
+ * and the ready-time checks (strict mode, routes declared before the plugin).
+ */
+
+function methodsOf (method: RouteOptions['method']): string[] {
+  return Array.isArray(method) ? method : [method]
+}
+
+const PEER = '@fastify/rate-limit'
+
+/**
+ * `@fastify/rate-limit` reads `config.rateLimit` too and decorates
+ * `fastify.rateLimit` when the name is free: beside it, this plugin needs
+ * another configKey (checked at register, and at ready for a peer registered after).
+ */
+function checkConfigKey (fastify: FastifyInstance, configKey: string): void {
+  if (configKey === 'rateLimit' && fastify.hasPlugin(PEER)) {
+    const fix = 'give this plugin another key, e.g. configKey: \'redisRateLimit\' (see docs/migration.md)'
+    throw new FST_RRL_INVALID_OPTION('configKey', `is 'rateLimit', which ${PEER} (registered in this app) also reads from route config: ${fix}`)
+  }
+}
+
+/** One plugin instance's state, shared by its hooks (passed, never captured from the plugin function). */
+interface PluginState {
+  fastify: FastifyInstance
+  options: ResolvedOptions
+  runtime: PluginRuntime
+  context: CompileContext
+  globals: readonly CompiledBlock[]
+  listing: Listing & { registry: PolicyRegistry }
+  /** Every route seen by onRoute, for the routes-before-plugin check. */
+  seen: RouteEntry[]
+  /** Routes without any limit (strict mode fails ready() on them). */
+  undeclared: string[]
+  scope: ReturnType<typeof scopeMarker>
+}
+
+/**
+ * Compiles what fails at register: the global blocks, defaultLimit (checked
+ * once, so a bad one does not wait for the first route) and the named policies.
+ */
+function compileStartup (
+  options: ResolvedOptions,
+  context: CompileContext
+): { globals: CompiledBlock[], registry: PolicyRegistry } {
+  const globals = compileGlobals(options.globalLimits, context)
+  if (options.defaultLimit !== undefined) {
+    compilePolicy(options.defaultLimit, 'GET', '/', context, 'defaultLimit', globals)
+  }
+  const registry = new PolicyRegistry()
+  for (const block of globals) registry.add(block.name, globalPolicy(block, context))
+  // Named limits outside HTTP routes (fastify.rateLimit.consume): no global blocks.
+  const named: Array<[string, CompiledPolicy]> = Object.entries(options.policies).map(([name, declared]) => {
+    const blocks = Array.isArray(declared)
+      ? declared.map((block, index) => ({ name: index === 0 ? name : `${name}-${index}`, ...block }))
+      : { name, ...declared }
+    return [name, compilePolicy(blocks, 'API', name, context, 'declared')]
+  })
+  for (const [name, policy] of named) registry.add(name, policy)
+  return { globals, registry }
+}
+
+function appended<T> (existing: T | T[] | undefined, hook: T): T[] {
+  return existing === undefined ? [hook] : Array.isArray(existing) ? [...existing, hook] : [existing, hook]
+}
+
+/** Adds the decision hook at the policy's stage (after the route's own); it tracks the end of requests itself. */
+function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: PluginRuntime): void {
+  const decide = createRouteHook(policy, runtime)
+  const stage = policy.stage
+  // A preParsing hook takes the payload before `done`, and passes it on unchanged.
+  const hook = stage === 'preParsing'
+    ? function rateLimitPreParsing (request: FastifyRequest, reply: FastifyReply, _payload: unknown, done: HookNext): void { decide(request, reply, done) }
+    : decide
+  // After the route's own hooks of that stage, so an auth hook can set the user first.
+  route[stage] = appended<unknown>(route[stage], hook) as never
+  if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never
+}
+
+/** onRoute: compiles the route's block (or the defaultLimit) and attaches its hooks. */
+function limitRoute (state: PluginState, route: RouteOptions): void {
+  const { options, listing } = state
+  // Method, URL and constraints name a route: two hosts' routes on one URL are two routes (keys/constraints.ts).
+  const constraints = constraintText(route.constraints)
+  for (const method of methodsOf(route.method)) state.seen.push(seenRoute(method, route.url, route.constraints))
+  const methodLabel = methodsOf(route.method).join(',')
+  const row = { method: methodLabel, url: route.url, constraints: route.constraints }
+  const config = route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined
+  const declared = config?.[options.configKey]
+  if (declared === false || (declared === undefined && isPreflightCatchAll(route.method, route.url))) {
+    listUnlimited(listing, row)
+    return
+  }
+  const block = declared ?? options.defaultLimit
+  if (block === undefined && state.globals.length === 0) {
+    // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
+    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', route.url, constraints))) {
+      state.undeclared.push(routeLabel(methodLabel, route.url, constraints))
+    }
+    return
+  }
+  const source = declared === undefined ? 'defaultLimit' : 'declared'
+  const policy = compilePolicy(block, route.method, route.url, state.context, source, state.globals, constraints)
+  // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
+  listPolicy(listing, row, policy, route.method === 'HEAD' ? [] : ownBlockNames(policy))
+  attachHooks(route, policy, state.runtime)
+}
+
+/** printPolicies: one log line per table line (a JSON logger would make one multi-line message a string of \n). */
+function logPolicyTable (log: FastifyBaseLogger, summaries: PolicySummary[]): void {
+  const [columns, ...rows] = policyTable(copySummaries(summaries))
+  log.info({ routes: summaries.length }, `rate limits: ${columns ?? ''}`)
+  for (const row of rows) log.info(`rate limits: ${row}`)
+}
+
+/** onReady: strict mode, routes declared before the plugin, then metrics, the policy table, warm-up, overrides and bans. */
+async function checkAtReady (state: PluginState, instance: FastifyInstance): Promise<void> {
+  const { fastify, options, runtime, listing } = state
+  checkConfigKey(instance, options.configKey)
+  if (state.undeclared.length > 0) {
+    throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, state.undeclared.join(', '))
+  }
+  const tree = fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] })
+  const { preflight, others } = partitionUnseen(unseenRoutes(tree, state.seen, state.scope.name))
+  if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
+  if (preflight.length > 0) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
+  if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
+  if (options.printPolicies) logPolicyTable(fastify.log, listing.summaries)
+  await runtime.store.warmUp(fastify.log)
+  runtime.overrides.start()
+  runtime.bans.start()
+}
+
+/** The decorators and the hooks of one plugin instance. */
+function install (state: PluginState): void {
+  const { fastify, options, runtime, listing } = state
+  if (fastify.hasDecorator(options.configKey)) {
+    throw new FST_RRL_INVALID_OPTION('configKey', `names the decorator fastify.${options.configKey}, which is already taken: choose a free name`)
+  }
+  // A registration in a context below another one's finds the request decorator there already.
+  if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  // Marks this context (and those below it) for the routes-before-plugin check at ready (routes.ts).
+  fastify.addHook('onTimeout', state.scope)
+  markContexts(fastify, state.scope)
+  fastify.addHook('onRoute', (route) => { limitRoute(state, route) })
+  if (options.notFound !== undefined) {
+    limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
+  }
+  fastify.addHook('onReady', async function checkEveryRouteIsLimited () { await checkAtReady(state, this) })
+  fastify.addHook('onClose', async () => { closeRuntime(runtime) })
+  const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)
+  fastify.decorate(options.configKey, api)
+}
+
+export async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {
+  const options = resolveOptions(input)
+  checkConfigKey(fastify, options.configKey)
+  const runtime = createRuntime(fastify, options)
+  // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
+  if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
+  const context = compileContext(fastify, options, runtime)
+  const { globals, registry } = compileStartup(options, context)
+  const listing: PluginState['listing'] = { registry, summaries: [] }
+  install({ fastify, options, runtime, context, globals, listing, seen: [], undeclared: [], scope: scopeMarker() })
+}

@@ -59,6 +59,13 @@ async function apiInput (
   return { policy, runs, keys, costs: runs.map(() => units) }
 }
 
+/** What the API's calls that change usage work with (one record per call: the API is not the request path). */
+interface ApiParts {
+  runtime: Runtime
+  log: FastifyBaseLogger
+  overrides: Overrides
+}
+
 /** adjust's units: a signed integer (0 changes nothing). */
 function apiUnits (units: unknown): number {
   if (typeof units !== 'number' || !Number.isInteger(units) || Math.abs(units) > MAX_COST) {
@@ -79,7 +86,7 @@ function namedBlocks (policy: CompiledPolicy, target: RateLimitTarget): boolean[
  * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
  * refused.
  */
-async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, overrides: Overrides, { runtime, log }: { runtime: Runtime, log: FastifyBaseLogger }): Promise<string[]> {
+async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, { runtime, log, overrides }: ApiParts): Promise<string[]> {
   const input = await apiInput(policy, identity, 1, overrides)
   const chosen = namedBlocks(policy, target)
   const entries: Adjustment[] = []
@@ -168,7 +175,7 @@ async function acquireSlot (
   policy: CompiledPolicy,
   target: RateLimitTarget,
   identity: RateLimitIdentity,
-  { runtime, log, overrides }: { runtime: Runtime, log: FastifyBaseLogger, overrides: Overrides }
+  { runtime, log, overrides }: ApiParts
 ): Promise<RateLimitSlot> {
   if (!policy.concurrency) {
     throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
@@ -204,7 +211,7 @@ export function createApi (
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')
-      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, { runtime, log })
+      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), { runtime, log, overrides })
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')

@@ -29,18 +29,18 @@ export function resolveBreaker (value: unknown): BreakerOptions | undefined {
   if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => key !== 'failures' && key !== 'cooldown')) {
     throw new FST_RRL_INVALID_OPTION('circuitBreaker', 'must be false or { failures?: number, cooldown?: duration }')
   }
-  const failures = integerOption(input, 'failures', DEFAULTS.circuitBreaker.failures, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
+  const failures = integerOption(input, 'failures', DEFAULTS.circuitBreaker.failures, [1, MAX_BREAKER_FAILURES], 'circuitBreaker.failures')
   const cooldownMs = parseWindow(input.cooldown ?? DEFAULTS.circuitBreaker.cooldown)
   if (typeof cooldownMs === 'string') throw new FST_RRL_INVALID_OPTION('circuitBreaker.cooldown', cooldownMs)
   return { failures, cooldownMs }
 }
 
+/** An integer option within `[min, max]` (both included), `fallback` when absent; `label` names it in the error. */
 export function integerOption (
   options: Record<string, unknown>,
   name: string,
   fallback: number,
-  min: number,
-  max: number,
+  [min, max]: readonly [number, number],
   label = name
 ): number {
   const value = options[name] ?? fallback

@@ -33,6 +33,15 @@ export type RefundPredicate = (reply: FastifyReply) => boolean
 /** Where a block comes from: declared (by a route, a named policy, notFound) or the plugin's `defaultLimit`. */
 export type BlockSource = 'declared' | 'defaultLimit'
 
+/** Where blocks are declared (compile time only): the route's method(s) and URL ('*' for a global block), and how. */
+export interface Declaration {
+  method: string | string[]
+  url: string
+  source: BlockSource
+  /** The route's constraint text (keys/constraints.ts); absent: none. */
+  constraints?: string
+}
+
 /** A block's place: its index among `of` blocks, of a route or of `globalLimits`. */
 export interface BlockPosition { index: number, of: number, global: boolean }
 
@@ -227,14 +236,8 @@ function readLocalLimit (input: Fields, maxLimit: number, fail: Fail): number | 
  * route's other blocks. Throws FST_RRL_INVALID_BLOCK naming the route and the
  * field: bad configuration fails startup, never a request.
  */
-export function compileBlock (
-  block: unknown,
-  method: string | string[],
-  url: string,
-  context: CompileContext,
-  source: BlockSource,
-  position: BlockPosition
-): CompiledBlock {
+export function compileBlock (block: unknown, at: Declaration, context: CompileContext, position: BlockPosition): CompiledBlock {
+  const { method, url, source } = at
   const site = blockSite(method, url, source, position)
   const { fail } = site
   const input = readFields(block, position, fail)

@@ -62,11 +62,11 @@ function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: Fas
   try {
     matched = refundOn(reply)
   } catch (error) {
-    reportValue(request, runtime, 'refundOn', route, { ok: false, error }, 'no refund')
+    reportValue(request, runtime, { ok: false, error }, { what: 'refundOn', route, instead: 'no refund' })
     return false
   }
   if (!strayThenable(matched)) return matched === true
-  reportValue(request, runtime, 'refundOn', route, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, 'no refund')
+  reportValue(request, runtime, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, { what: 'refundOn', route, instead: 'no refund' })
   return false
 }
 
@@ -112,7 +112,7 @@ function difference (outcome: Outcome, ending: Ending, i: number, request: Fasti
   const value = outcome.ok ? outcome.value : undefined
   if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
   const route = `${ending.policy.route} (${ending.policy.blocks[i]?.name ?? ''})`
-  reportValue(request, runtime, 'settle', route, outcome, `leaving the reservation charged (settle must give an integer from 0 to ${capacity})`)
+  reportValue(request, runtime, outcome, { what: 'settle', route, instead: `leaving the reservation charged (settle must give an integer from 0 to ${capacity})` })
   return 0
 }
 

@@ -2,6 +2,7 @@ import { DAY_MS } from '../store/algorithms.js'
 import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../store/periods.js'
 import type { Fail } from './block-fields.js'
 import { choiceProblem, isCount, shown } from '../util/validate.js'
+import { item } from '../util/item.js'
 
 /**
  * What a block counts over: exactly one of these fields. A third kind
@@ -14,7 +15,7 @@ export type BlockKind = typeof BLOCK_KINDS[number]
 export function readKind (input: Record<string, unknown>, fail: Fail): BlockKind {
   const given = BLOCK_KINDS.filter((field) => input[field] !== undefined)
   if (given.length > 1) {
-    fail(given[1] as string, `cannot be combined with ${given[0] as string}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
+    fail(item(given, 1), `cannot be combined with ${item(given, 0)}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
   }
   if (given[0] !== 'period') {
     for (const field of ['timeZone', 'weekStart']) {

@@ -2,11 +2,12 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
+import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../decide/slots.js'
 import { changeUsage, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
+import { item } from '../util/item.js'
 
 /*
  * The one end-of-request mechanism. Contract:
@@ -76,10 +77,10 @@ function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
   const out: Adjustment[] = []
   for (let i = 0; i < input.runs.length; i++) {
     const refundOn = policy.blocks[i]?.refundOn
-    const cost = input.costs[i] as number
+    const cost = item(input.costs, i)
     if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
     if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
-    out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, chargedAt: ending.chargedAt })
+    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: ending.chargedAt })
   }
   return out
 }
@@ -106,8 +107,8 @@ function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settl
 
 /** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
 function difference (outcome: Outcome, ending: Ending, i: number, request: FastifyRequest, runtime: Runtime): number {
-  const run = ending.input.runs[i] as BlockRun
-  const cost = ending.input.costs[i] as number
+  const run = item(ending.input.runs, i)
+  const cost = item(ending.input.costs, i)
   const capacity = Math.max(run.params.limit, run.params.burst)
   const value = outcome.ok ? outcome.value : undefined
   if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
@@ -134,7 +135,7 @@ function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
   }
   const entries = (): Adjustment[] => {
     const out: Adjustment[] = []
-    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, chargedAt: ending.chargedAt }) })
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units, chargedAt: ending.chargedAt }) })
     return out
   }
   return pending === undefined ? entries() : Promise.all(pending).then(entries)

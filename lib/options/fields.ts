@@ -5,7 +5,7 @@ import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'
 import type { HeaderFormat } from '../types/index.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
-import { choiceProblem, shown } from '../util/validate.js'
+import { choiceMessage, isOneOf, shown } from '../util/validate.js'
 import { DEFAULTS } from './defaults.js'
 
 /* Validators of single plugin options: each throws FST_RRL_INVALID_OPTION naming the option. */
@@ -86,9 +86,8 @@ export function resolveHeaders (value: unknown): readonly HeaderFormat[] {
 
 /** `value` when it is one of `choices`, else the coded option error with the shared message. */
 export function choice<T extends string | false> (name: string, value: unknown, choices: readonly T[]): T {
-  const problem = choiceProblem(value, choices)
-  if (problem !== undefined) throw new FST_RRL_INVALID_OPTION(name, problem)
-  return value as T
+  if (isOneOf(value, choices)) return value
+  throw new FST_RRL_INVALID_OPTION(name, choiceMessage(value, choices))
 }
 // A plain property name: it is also the name of the fastify instance decorator.
 const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/

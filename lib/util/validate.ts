@@ -15,12 +15,13 @@ export function isCount (value: unknown, max: number): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= max
 }
 
-/**
- * Undefined when `value` is one of `choices`, else the message
- * `must be 'a', 'b' or false (got "x")`.
- */
-export function choiceProblem<T extends string | false> (value: unknown, choices: readonly T[]): string | undefined {
-  if ((choices as readonly unknown[]).includes(value)) return undefined
+/** Whether `value` is one of `choices` (a type guard, as `includes` is not). */
+export function isOneOf<T> (value: unknown, choices: readonly T[]): value is T {
+  return choices.some((choice) => choice === value)
+}
+
+/** The message for a value that is none of `choices`: `must be 'a', 'b' or false (got "x")`. */
+export function choiceMessage<T extends string | false> (value: unknown, choices: readonly T[]): string {
   const shown = choices.map((choice) => choice === false ? 'false' : `'${choice}'`)
   const list = shown.length === 1 ? item(shown, 0) : `${shown.slice(0, -1).join(', ')} or ${item(shown, shown.length - 1)}`
   return `must be ${list} (got ${JSON.stringify(value)})`

@@ -135,7 +135,7 @@ async function overrideRecord (
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
-  const recordId = identity === undefined ? id : (await apiKeys(policy, identity))[index] as string
+  const recordId = identity === undefined ? id : item(await apiKeys(policy, identity), index)
   // The store's clock: every instance judges the expiry by it (fleet/records.ts).
   const now = await overrides.stamp()
   return {

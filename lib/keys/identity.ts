@@ -240,7 +240,8 @@ function renderAll (
     rendered[index] = text
   }
   if (pending) return Promise.all(rendered).then((texts) => boundIdentity(texts.join(',')))
-  return boundIdentity((rendered as string[]).join(','))
+  // None is pending: every part rendered to a string.
+  return boundIdentity(rendered.join(','))
 }
 
 /**

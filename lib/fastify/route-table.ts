@@ -1,5 +1,4 @@
 import { constraintText, routeLabel } from '../keys/constraints.js'
-import { item } from '../util/item.js'
 
 /*
  * Fastify announces a route to `onRoute` hooks only if they exist when the
@@ -100,20 +99,20 @@ export function parseRouteTree (printed: string): RouteEntry[] {
   for (const line of printed.split('\n')) {
     const meta = TIMEOUT_META.exec(line)
     if (meta !== null) {
-      for (let i = lineStart; i < entries.length; i++) item(entries, i).onTimeout = item(meta, 1)
+      for (let i = lineStart; i < entries.length; i++) (entries[i] as RouteEntry).onTimeout = meta[1] as string
       continue
     }
     const match = TREE_LINE.exec(line)
     if (match === null) {
       const same = SAME_NODE_LINE.exec(line)
-      if (same !== null) push(item(same, 2), same[3])
+      if (same !== null) push(same[2] as string, same[3])
       continue
     }
-    const depth = item(match, 1).length / 4
-    nodeUrl = (depth === 0 ? '' : pathAtDepth[depth - 1] ?? '') + item(match, 2)
+    const depth = (match[1] as string).length / 4
+    nodeUrl = (depth === 0 ? '' : pathAtDepth[depth - 1] ?? '') + (match[2] as string)
     pathAtDepth[depth] = nodeUrl
     pathAtDepth.length = depth + 1
-    push(item(match, 3), match[4])
+    push(match[3] as string, match[4])
   }
   return entries
 }

@@ -1,11 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { blockId } from '../keys/layout.js'
-import type { CompiledPolicy } from '../policy/policy.js'
+import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
 import type { BlockRun, RecordHash } from '../store/port.js'
 import type { RateLimitOverride } from '../types/index.js'
 import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetEntry } from './records.js'
-import { item } from '../util/item.js'
 
 /*
  * Runtime overrides of a block's `limit`, fleet-wide, as fleet records
@@ -58,14 +57,14 @@ export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
     let out: BlockRun[] | undefined
     const ids = idsOf(policy)
     for (let i = 0; i < runs.length; i++) {
-      const entry = entries.get(item(keys, i)) ?? entries.get(item(ids, i))
+      const entry = entries.get(keys[i] as string) ?? entries.get(ids[i] as string)
       if (entry === undefined) continue
       const { expiresAt } = entry.record
       if (expiresAt !== null && expiresAt <= this.now()) continue
-      const base = item(runs, i)
+      const base = runs[i] as BlockRun
       let run = entry.runs.get(base)
       if (run === undefined) {
-        run = runAtLimit(item(policy.blocks, i).runSpec, base, entry.record.limit, 'equal-follows')
+        run = runAtLimit((policy.blocks[i] as CompiledBlock).runSpec, base, entry.record.limit, 'equal-follows')
         entry.runs.set(base, run)
       }
       out ??= [...runs]

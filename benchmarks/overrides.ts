@@ -18,7 +18,7 @@ const ITERATIONS = Number(process.argv[2] ?? 2_000_000)
 const ROUNDS = 7
 
 const context: CompileContext = { prefix: 'rl', onRedisError: 'open', user: undefined, apiKey: undefined, ipv6Subnet: 64, hashSecret: undefined, mode: 'enforce', cluster: false, fleetSize: undefined, onPartError: () => {} }
-const policy = compilePolicy({ limit: 100, window: '1m' }, 'GET', '/orders/:id', context, 'declared')
+const policy = compilePolicy({ limit: 100, window: '1m' }, { method: 'GET', url: '/orders/:id', source: 'declared' }, context)
 const log = Fastify({ logger: false }).log
 /** 1,000 callers' identities; each call assembles a fresh key, as a route hook does (its hash is then computed by the lookup). */
 const identities = Array.from({ length: 1000 }, (_, i) => [`ip=10.0.${i >> 8}.${i & 255}`])

@@ -137,10 +137,11 @@ test('bounded: the least recently used entry goes first', async (t) => {
 
   const cache = new DenyCache(2)
   const run = {}
-  cache.set('k1', 100, 1, 0, run)
-  cache.set('k2', 100, 1, 0, run)
+  const refused = () => ({ until: 100, expiresAt: 100, cost: 1, remaining: 0, run, penalized: false, nextAt: 100 })
+  cache.set('k1', refused())
+  cache.set('k2', refused())
   t.ok(cache.get('k1', 1, 0, run), 'k1 used: now the most recent')
-  cache.set('k3', 100, 1, 0, run)
+  cache.set('k3', refused())
   t.equal(cache.size, 2)
   t.equal(cache.get('k2', 1, 0, run), undefined, 'k2 was the least recently used')
   t.ok(cache.get('k1', 1, 99, run))

@@ -137,15 +137,15 @@ test('shadow global block: recorded, never refuses; an enforced block still does
 test('Redis Cluster: blocks of one request with different identities are refused at startup', async (t) => {
   const context = compileContext({ cluster: true, user: () => undefined })
   const globals = compileGlobals([{ limit: 5, window: '1m', by: 'user' }], context)
-  t.throws(() => compilePolicy({ limit: 1, window: '1s', by: 'ip' }, 'GET', '/x', context, 'declared', globals), { code: 'FST_RRL_INVALID_BLOCK', message: /same `by`/ })
-  t.throws(() => compilePolicy([{ limit: 1, window: '1s', by: 'ip' }, { limit: 9, window: '1h', by: 'user' }], 'GET', '/x', context, 'declared'), { code: 'FST_RRL_INVALID_BLOCK' })
-  const policy = compilePolicy({ limit: 1, window: '1s', by: 'user' }, 'GET', '/x', context, 'declared', globals)
+  t.throws(() => compilePolicy({ limit: 1, window: '1s', by: 'ip' }, { method: 'GET', url: '/x', source: 'declared' }, context, globals), { code: 'FST_RRL_INVALID_BLOCK', message: /same `by`/ })
+  t.throws(() => compilePolicy([{ limit: 1, window: '1s', by: 'ip' }, { limit: 9, window: '1h', by: 'user' }], { method: 'GET', url: '/x', source: 'declared' }, context), { code: 'FST_RRL_INVALID_BLOCK' })
+  const policy = compilePolicy({ limit: 1, window: '1s', by: 'user' }, { method: 'GET', url: '/x', source: 'declared' }, context, globals)
   t.same(policy.keyHeads, ['rl:{', 'rl:{'], 'same identity: one tag')
   t.same(policy.keyTails, ['}:GET:/x:SW1000', '}:*:SW60000'])
   const single = { ...context, cluster: false }
-  const mixed = compilePolicy({ limit: 1, window: '1s', by: 'ip' }, 'GET', '/x', single, 'declared', compileGlobals([{ limit: 5, window: '1m', by: 'user' }], single))
+  const mixed = compilePolicy({ limit: 1, window: '1s', by: 'ip' }, { method: 'GET', url: '/x', source: 'declared' }, single, compileGlobals([{ limit: 5, window: '1m', by: 'user' }], single))
   t.same(mixed.keyHeads, ['rl:{GET:/x|', 'rl:{'], 'without a Cluster, different identities keep their own tags')
-  const twins = compilePolicy([{ limit: 1, window: '1m', name: 'a' }, { limit: 5, window: '1m', name: 'b' }], 'GET', '/x', single, 'declared')
+  const twins = compilePolicy([{ limit: 1, window: '1m', name: 'a' }, { limit: 5, window: '1m', name: 'b' }], { method: 'GET', url: '/x', source: 'declared' }, single)
   t.same(twins.keyTails, ['}:SW60000', '}:SW60000.1'], 'same algorithm and window: the second gets its index')
 })
 

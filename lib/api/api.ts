@@ -9,7 +9,7 @@ import { banApi, withBans } from './ban-api.js'
 import type { Bans } from '../fleet/bans.js'
 import { changeText, identityInput, shownIdentity, ttlInput } from './inputs.js'
 import type { Overrides } from '../fleet/overrides.js'
-import { runsForTier, type CompiledBlock, type CompiledPolicy } from '../policy/policy.js'
+import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { PolicyRegistry } from './registry.js'
 import type {
   PolicySummary,
@@ -22,7 +22,8 @@ import type {
 } from '../types/index.js'
 import { isCost, MAX_COST } from '../policy/rules.js'
 import { isCount, shown } from '../util/validate.js'
-import type { Adjustment, BlockRun } from '../store/port.js'
+import type { Adjustment } from '../store/port.js'
+import { item } from '../util/item.js'
 
 /*
  * fastify.rateLimit: list, peek, reset, consume, acquire and adjust, for tooling and for limits
@@ -59,6 +60,13 @@ async function apiInput (
   return { policy, runs, keys, costs: runs.map(() => units) }
 }
 
+/** What the API's calls that change usage work with (one record per call: the API is not the request path). */
+interface ApiParts {
+  runtime: Runtime
+  log: FastifyBaseLogger
+  overrides: Overrides
+}
+
 /** adjust's units: a signed integer (0 changes nothing). */
 function apiUnits (units: unknown): number {
   if (typeof units !== 'number' || !Number.isInteger(units) || Math.abs(units) > MAX_COST) {
@@ -79,7 +87,7 @@ function namedBlocks (policy: CompiledPolicy, target: RateLimitTarget): boolean[
  * after the fact (not sliding-log, not a concurrency block), by signed units, in one store call, never
  * refused.
  */
-async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, overrides: Overrides, { runtime, log }: { runtime: Runtime, log: FastifyBaseLogger }): Promise<string[]> {
+async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, identity: RateLimitIdentity, units: number, { runtime, log, overrides }: ApiParts): Promise<string[]> {
   const input = await apiInput(policy, identity, 1, overrides)
   const chosen = namedBlocks(policy, target)
   const entries: Adjustment[] = []
@@ -88,7 +96,7 @@ async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, ide
     // A concurrency block counts requests in flight, not units: acquire() and release() change it.
     if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
     // No charge time: a change made now, to the current window.
-    entries.push({ kind: 'units', run: input.runs[i] as BlockRun, key: input.keys[i] as string, units })
+    entries.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units })
     names.push(block.name)
   })
   if (units === 0 || entries.length === 0) return names
@@ -101,7 +109,7 @@ function overrideBlock (policy: CompiledPolicy, target: RateLimitTarget): number
   const named = typeof target === 'string' ? policy.blocks.findIndex((block) => block.name === target) : -1
   if (named !== -1) return named
   const own = policy.blocks.filter((block) => !block.global)
-  if (own.length === 1) return policy.blocks.indexOf(own[0] as CompiledBlock)
+  if (own.length === 1) return policy.blocks.indexOf(item(own, 0))
   throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
 }
 
@@ -116,7 +124,7 @@ async function overrideRecord (
   }
   const policy = registry.find(input.target, method)
   const index = overrideBlock(policy, input.target)
-  const block = policy.blocks[index] as CompiledBlock
+  const block = item(policy.blocks, index)
   // The block's own bound: it depends on the window (maxLimitFor), as a declared limit's does.
   const max = block.maxLimit
   if (!isCount(input.limit, max)) {
@@ -127,7 +135,7 @@ async function overrideRecord (
   const reason = changeText(input.reason, 'reason', method)
   const identity = input.identity === undefined ? undefined : identityInput(input.identity, method)
   const id = blockId(policy, index)
-  const recordId = identity === undefined ? id : (await apiKeys(policy, identity))[index] as string
+  const recordId = identity === undefined ? id : item(await apiKeys(policy, identity), index)
   // The store's clock: every instance judges the expiry by it (fleet/records.ts).
   const now = await overrides.stamp()
   return {
@@ -168,7 +176,7 @@ async function acquireSlot (
   policy: CompiledPolicy,
   target: RateLimitTarget,
   identity: RateLimitIdentity,
-  { runtime, log, overrides }: { runtime: Runtime, log: FastifyBaseLogger, overrides: Overrides }
+  { runtime, log, overrides }: ApiParts
 ): Promise<RateLimitSlot> {
   if (!policy.concurrency) {
     throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
@@ -198,13 +206,13 @@ export function createApi (
       const policy = registry.find(target, 'reset')
       const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
-      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !(policy.blocks[i] as CompiledBlock).global)
+      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !item(policy.blocks, i).global)
       for (const key of own) runtime.denyCache?.delete(key)
       await runtime.store.reset(own)
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')
-      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), overrides, { runtime, log })
+      return await adjustUsage(policy, target, identityInput(identity, 'adjust'), apiUnits(units), { runtime, log, overrides })
     },
     async consume (target, identity, cost) {
       const policy = registry.find(target, 'consume')
@@ -256,6 +264,6 @@ export function policyTable (summaries: PolicySummary[]): string[] {
       rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, span, slots ? '' : String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
     }
   }
-  const widths = (rows[0] as string[]).map((_, column) => Math.max(...rows.map((row) => (row[column] as string).length)))
-  return rows.map((row) => row.map((cell, column) => cell.padEnd(widths[column] as number)).join('  ').trimEnd())
+  const widths = item(rows, 0).map((_, column) => Math.max(...rows.map((row) => item(row, column).length)))
+  return rows.map((row) => row.map((cell, column) => cell.padEnd(item(widths, column))).join('  ').trimEnd())
 }

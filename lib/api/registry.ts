@@ -3,6 +3,7 @@ import { constraintText, routeLabel } from '../keys/constraints.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { TargetRegistry } from '../policy/summary.js'
 import type { PolicySummary } from '../types/index.js'
+import { item } from '../util/item.js'
 
 /*
  * Where the programmatic API finds a target's policy: by route label (one
@@ -58,12 +59,12 @@ export class PolicyRegistry implements TargetRegistry {
     if (policies.length > 1) {
       throw new FST_RRL_AMBIGUOUS_TARGET(method, JSON.stringify(target), `${policies.length} routes: ${policies.map((policy) => this.#hint(policy)).join(', ')}`)
     }
-    return policies[0] as CompiledPolicy
+    return item(policies, 0)
   }
 
   /** The route of a policies() row (its first method). */
   findRow (row: PolicySummary): CompiledPolicy | undefined {
-    return this.#routes.get(routeLabel(row.method.split(',')[0] as string, row.url, constraintText(row.constraints)))
+    return this.#routes.get(routeLabel(item(row.method.split(','), 0), row.url, constraintText(row.constraints)))
   }
 
   /** A target that reaches `policy` alone: its label when no other policy shares it, else its object form; plus its own unshared names. */

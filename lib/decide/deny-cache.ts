@@ -71,8 +71,10 @@ export class DenyCache {
     return this.#entries.get(key)
   }
 
-  set (key: string, until: number, cost: number, remaining: number, run: object, penalized = false, nextAt = until, expiresAt = until): void {
-    this.#entries.set(key, { until, expiresAt, cost, remaining, run, penalized, nextAt: Math.min(nextAt, until) })
+  /** Keeps `entry` (the caller's own object, not copied) for `key`; its nextAt is clamped to its until. */
+  set (key: string, entry: DenyEntry): void {
+    if (entry.nextAt > entry.until) entry.nextAt = entry.until
+    this.#entries.set(key, entry)
   }
 
   delete (key: string): void {

@@ -55,13 +55,29 @@ function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
     const until = now + decision.retryAfterMs
-    denyCache.set(key, until, cost, decision.remaining, run, decision.penalized === true, now + decision.nextMs, holdUntil(run, now, until))
+    denyCache.set(key, { until, expiresAt: holdUntil(run, now, until), cost, remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
   }
 }
 
+/**
+ * One evaluateThen call that went to the store, built once: its callbacks
+ * and its report share it (it stands where a closure over the same values was).
+ */
+interface StoreCall {
+  input: DecisionInput
+  origin: DecisionOrigin
+  runtime: Runtime
+  done: (evaluation: Evaluation) => void
+  fail: (error: Error) => void
+  /** performance.now() when the call started; 0 when nothing measures. */
+  startedAt: number
+  /** The plugin clock when the call started. */
+  now: number
+}
+
 /** Once per identity per window, not once per request under a flood. */
-function logRefusal (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, evaluation: Evaluation, now: number): void {
-  const { policy, keys } = input
+function logRefusal (call: StoreCall, evaluation: Evaluation): void {
+  const { input: { policy, keys }, origin, runtime, now } = call
   const { binding, rejected, decision } = evaluation
   if (!runtime.rejections.first(keys[binding] ?? '', now, now + Math.max(decision.resetMs, decision.retryAfterMs, 1000))) return
   const identity = policy.identities[policy.identityOf[binding] ?? -1]
@@ -78,14 +94,36 @@ function logRefusal (input: DecisionInput, origin: DecisionOrigin, runtime: Runt
  * unanswered; a throw is logged once per burst. `failure`: the store's error
  * when onRedisError decided.
  */
-function report (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, evaluation: Evaluation, durationMs: number, now: number, failure: unknown): void {
+function report (call: StoreCall, evaluation: Evaluation, durationMs: number, failure: unknown): void {
+  const { input, origin, runtime } = call
   try {
     if (failure !== undefined) reportFailure(input, origin, runtime, failure)
-    else if (evaluation.source !== 'deny-cache' && evaluation.decision.outcome !== 'allowed') logRefusal(input, origin, runtime, evaluation, now)
+    else if (evaluation.decision.outcome !== 'allowed') logRefusal(call, evaluation)
     publish(runtime, input, origin, evaluation, durationMs)
   } catch (error) {
     runtime.telemetry.report(origin.log, { err: error }, TELEMETRY_THREW)
   }
+}
+
+/** A deny-cache answer's report: metrics and the decision channel alone (its refusal was logged when the store gave it), isolated as report's. */
+function reportCached (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, evaluation: Evaluation, durationMs: number): void {
+  try {
+    publish(runtime, input, origin, evaluation, durationMs)
+  } catch (error) {
+    runtime.telemetry.report(origin.log, { err: error }, TELEMETRY_THREW)
+  }
+}
+
+/** Delivers a store call's evaluation (its duration measured before), then reports it. */
+function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): void {
+  const durationMs = since(call.startedAt)
+  call.done(evaluation)
+  report(call, evaluation, durationMs, failure)
+}
+
+/** The store failed (or the breaker is open): the route's onRedisError decides. */
+function storeFailed (call: StoreCall, error: unknown): void {
+  degraded(call.input, call.origin, call.runtime).then((evaluation) => { deliver(call, evaluation, error) }, call.fail)
 }
 
 /** Ms since `startedAt`; 0 when nothing measures (startedAt 0). */
@@ -113,20 +151,14 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     const evaluation = fromCache(input, runtime, cached)
     const durationMs = since(startedAt)
     done(evaluation)
-    report(input, origin, runtime, evaluation, durationMs, now, undefined)
+    reportCached(input, origin, runtime, evaluation, durationMs)
     return
   }
 
   // 2. One store call for every block; its failure → onRedisError.
-  const onStoreError = (error: unknown): void => {
-    degraded(input, origin, runtime).then((evaluation) => {
-      const durationMs = since(startedAt)
-      done(evaluation)
-      report(input, origin, runtime, evaluation, durationMs, now, error)
-    }, fail)
-  }
+  const call: StoreCall = { input, origin, runtime, done, fail, startedAt, now }
   if (breaker !== undefined && !breaker.allow()) {
-    onStoreError(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
+    storeFailed(call, new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return
   }
   // Every outcome of an allowed call reports to the breaker: a probe is never left pending.
@@ -134,17 +166,15 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     let evaluation: Evaluation
     try {
       breaker?.success()
-      evaluation = fromStore(input, origin, runtime, decisions, now, at)
+      evaluation = fromStore(call, decisions, at)
     } catch (error) {
       fail(error as Error)
       return
     }
-    const durationMs = since(startedAt)
-    done(evaluation)
-    report(input, origin, runtime, evaluation, durationMs, now, undefined)
+    deliver(call, evaluation, undefined)
   }, (error: unknown) => {
     breaker?.report(error)
-    onStoreError(error)
+    storeFailed(call, error)
   })
 }
 
@@ -162,7 +192,7 @@ function fromCache (input: DecisionInput, runtime: Runtime, cached: Array<RawDec
 }
 
 /** The store's decisions (taken at `at`, its clock), combined, counted and remembered (refusals). */
-function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, decisions: RawDecision[], now: number, at: number): Evaluation {
+function fromStore ({ input, origin, runtime, now }: StoreCall, decisions: RawDecision[], at: number): Evaluation {
   const { stats, denyCache } = runtime
   const verdict = combine(input.policy, input.runs, decisions)
   const { rejected, outcome } = verdict
@@ -174,7 +204,9 @@ function fromStore (input: DecisionInput, origin: DecisionOrigin, runtime: Runti
     stats.allowed++
     if (outcome === 'shadow-limited') stats.shadowLimited++
   }
-  return toEvaluation(input, decisions, verdict, origin.source, 'charge', at)
+  const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge')
+  evaluation.chargedAt = at
+  return evaluation
 }
 
 /**

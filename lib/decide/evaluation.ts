@@ -35,10 +35,11 @@ function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDeci
  * The one place an Evaluation is built. Admitting blocks were charged only
  * when the store was asked to charge (`mode`) and nothing refused; a decision
  * is degraded when the store failed (onRedisError decided it: the outcome
- * says `degraded`, or this instance's local limiter answered). `chargedAt`:
- * the store's time of the decision, when the store took it.
+ * says `degraded`, or this instance's local limiter answered). `chargedAt`
+ * (the store's time of the decision) is left undefined: the caller that has
+ * the store's answer sets it (evaluate.ts fromStore).
  */
-export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode, chargedAt?: number): Evaluation {
+export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode): Evaluation {
   const { policy, runs, costs } = input
   const { rejected, binding, outcome, top } = verdict
   const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
@@ -64,7 +65,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
     shadowViolated: verdict.shadowViolated,
     retrySeconds: outcome === 'degraded' ? UNAVAILABLE_RETRY_SECONDS : rejected ? retryAfterSeconds(verdict.latestRetryMs) : 0,
     source,
-    chargedAt
+    chargedAt: undefined
   }
 }
 

@@ -29,7 +29,7 @@ export function limitNotFound ({ fastify, declared, context, globals, listing, r
     ? declared.map((block, index) => ({ name: index === 0 ? 'not-found' : `not-found-${index}`, ...block }))
     : { name: 'not-found', ...declared }
   const { method, url } = NOT_FOUND_ROUTE
-  const policy = compilePolicy(named, method, url, context, 'declared', globals)
+  const policy = compilePolicy(named, { method, url, source: 'declared' }, context, globals)
   // A 404 is answered at once: a slot would hold nothing, and its release would need a route.
   const slots = policy.blocks.find((block) => block.algorithm === 'concurrency' && !block.global)
   if (slots !== undefined) {

@@ -76,7 +76,7 @@ function compileStartup (
 ): { globals: CompiledBlock[], registry: PolicyRegistry } {
   const globals = compileGlobals(options.globalLimits, context)
   if (options.defaultLimit !== undefined) {
-    compilePolicy(options.defaultLimit, 'GET', '/', context, 'defaultLimit', globals)
+    compilePolicy(options.defaultLimit, { method: 'GET', url: '/', source: 'defaultLimit' }, context, globals)
   }
   const registry = new PolicyRegistry()
   for (const block of globals) registry.add(block.name, globalPolicy(block, context))
@@ -85,7 +85,7 @@ function compileStartup (
     const blocks = Array.isArray(declared)
       ? declared.map((block, index) => ({ name: index === 0 ? name : `${name}-${index}`, ...block }))
       : { name, ...declared }
-    return [name, compilePolicy(blocks, 'API', name, context, 'declared')]
+    return [name, compilePolicy(blocks, { method: 'API', url: name, source: 'declared' }, context)]
   })
   for (const [name, policy] of named) registry.add(name, policy)
   return { globals, registry }
@@ -131,7 +131,7 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
     return
   }
   const source = declared === undefined ? 'defaultLimit' : 'declared'
-  const policy = compilePolicy(block, route.method, route.url, state.context, source, state.globals, constraints)
+  const policy = compilePolicy(block, { method: route.method, url: route.url, source, constraints }, state.context, state.globals)
   // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
   listPolicy(listing, row, policy, route.method === 'HEAD' ? [] : ownBlockNames(policy))
   attachHooks(route, policy, state.runtime)

@@ -3,6 +3,7 @@ import type { IdentityFunction, IdentityPartSpec } from '../types/index.js'
 import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { item } from '../util/item.js'
 
 /*
  * An identity is a list of parts, each rendered as `<label>=<value>`, or as
@@ -167,7 +168,7 @@ function compileParts (
   if (specs.length === 0) return 'must name at least one identity part'
   const parts: CompiledPart[] = []
   for (let index = 0; index < specs.length; index++) {
-    const part = compilePart(specs[index] as IdentityPartSpec, index, context)
+    const part = compilePart(item(specs, index), index, context)
     if (typeof part === 'string') return part
     parts.push(part)
   }
@@ -228,18 +229,19 @@ function renderAll (
   renderer: Renderer
 ): string | Promise<string> {
   if (parts.length === 1) {
-    const text = renderPart(parts[0] as CompiledPart, request, renderer)
+    const text = renderPart(item(parts, 0), request, renderer)
     return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
   }
   const rendered = new Array<string | Promise<string>>(parts.length)
   let pending = false
   for (let index = 0; index < parts.length; index++) {
-    const text = renderPart(parts[index] as CompiledPart, request, renderer)
+    const text = renderPart(item(parts, index), request, renderer)
     if (typeof text !== 'string') pending = true
     rendered[index] = text
   }
   if (pending) return Promise.all(rendered).then((texts) => boundIdentity(texts.join(',')))
-  return boundIdentity((rendered as string[]).join(','))
+  // None is pending: every part rendered to a string.
+  return boundIdentity(rendered.join(','))
 }
 
 /**

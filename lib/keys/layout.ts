@@ -1,5 +1,6 @@
 import { createHmac, hash } from 'node:crypto'
 import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
+import { item } from '../util/item.js'
 
 /*
  * The whole key layout, and the one place keys are assembled. Every key of
@@ -188,7 +189,7 @@ export function keyLayout (
 export function assembleKeys (layout: KeyLayout, identities: readonly string[]): string[] {
   const { keyHeads, keyTails, identityOf } = layout
   const keys = new Array<string>(keyHeads.length)
-  for (let i = 0; i < keyHeads.length; i++) keys[i] = (keyHeads[i] as string) + (identities[identityOf[i] as number] as string) + (keyTails[i] as string)
+  for (let i = 0; i < keyHeads.length; i++) keys[i] = item(keyHeads, i) + item(identities, item(identityOf, i)) + item(keyTails, i)
   return keys
 }
 
@@ -198,7 +199,7 @@ export function assembleKeys (layout: KeyLayout, identities: readonly string[]):
  * block and no caller; a global block's id is the same on every route.
  */
 export function blockId (layout: KeyLayout, index: number): string {
-  return (layout.keyHeads[index] as string) + '*' + (layout.keyTails[index] as string)
+  return item(layout.keyHeads, index) + '*' + item(layout.keyTails, index)
 }
 
 /** The one hash of runtime overrides per prefix (outside any hash tag: one slot, read by every instance). */

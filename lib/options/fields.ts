@@ -5,7 +5,7 @@ import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'
 import type { HeaderFormat } from '../types/index.js'
 import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
-import { choiceProblem, shown } from '../util/validate.js'
+import { choiceMessage, isOneOf, shown } from '../util/validate.js'
 import { DEFAULTS } from './defaults.js'
 
 /* Validators of single plugin options: each throws FST_RRL_INVALID_OPTION naming the option. */
@@ -29,18 +29,18 @@ export function resolveBreaker (value: unknown): BreakerOptions | undefined {
   if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => key !== 'failures' && key !== 'cooldown')) {
     throw new FST_RRL_INVALID_OPTION('circuitBreaker', 'must be false or { failures?: number, cooldown?: duration }')
   }
-  const failures = integerOption(input, 'failures', DEFAULTS.circuitBreaker.failures, 1, MAX_BREAKER_FAILURES, 'circuitBreaker.failures')
+  const failures = integerOption(input, 'failures', DEFAULTS.circuitBreaker.failures, [1, MAX_BREAKER_FAILURES], 'circuitBreaker.failures')
   const cooldownMs = parseWindow(input.cooldown ?? DEFAULTS.circuitBreaker.cooldown)
   if (typeof cooldownMs === 'string') throw new FST_RRL_INVALID_OPTION('circuitBreaker.cooldown', cooldownMs)
   return { failures, cooldownMs }
 }
 
+/** An integer option within `[min, max]` (both included), `fallback` when absent; `label` names it in the error. */
 export function integerOption (
   options: Record<string, unknown>,
   name: string,
   fallback: number,
-  min: number,
-  max: number,
+  [min, max]: readonly [number, number],
   label = name
 ): number {
   const value = options[name] ?? fallback
@@ -86,9 +86,8 @@ export function resolveHeaders (value: unknown): readonly HeaderFormat[] {
 
 /** `value` when it is one of `choices`, else the coded option error with the shared message. */
 export function choice<T extends string | false> (name: string, value: unknown, choices: readonly T[]): T {
-  const problem = choiceProblem(value, choices)
-  if (problem !== undefined) throw new FST_RRL_INVALID_OPTION(name, problem)
-  return value as T
+  if (isOneOf(value, choices)) return value
+  throw new FST_RRL_INVALID_OPTION(name, choiceMessage(value, choices))
 }
 // A plain property name: it is also the name of the fastify instance decorator.
 const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/

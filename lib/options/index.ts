@@ -107,9 +107,9 @@ function resolveStore (
     prefix,
     timeout,
     batchWrites: typeof options.batchWrites === 'boolean' ? options.batchWrites : DEFAULTS.batchWrites,
-    maxBatch: integerOption(options, 'maxBatch', DEFAULTS.maxBatch, 1, MAX_BATCH),
-    maxPending: integerOption(options, 'maxPending', DEFAULTS.maxPending, 1, MAX_PENDING),
-    maxKeys: integerOption(options, 'maxKeys', DEFAULTS.maxKeys, 1, MAX_KEYS)
+    maxBatch: integerOption(options, 'maxBatch', DEFAULTS.maxBatch, [1, MAX_BATCH]),
+    maxPending: integerOption(options, 'maxPending', DEFAULTS.maxPending, [1, MAX_PENDING]),
+    maxKeys: integerOption(options, 'maxKeys', DEFAULTS.maxKeys, [1, MAX_KEYS])
   }
 }
 
@@ -171,7 +171,7 @@ function resolveIdentity (
     ipv6Subnet,
     hashSecret: resolveHashSecret(options.hashSecret),
     tier: tier as ResolvedOptions['tier'],
-    identityTimeout: integerOption(options, 'identityTimeout', DEFAULTS.identityTimeout, 1, MAX_IDENTITY_TIMEOUT_MS),
+    identityTimeout: integerOption(options, 'identityTimeout', DEFAULTS.identityTimeout, [1, MAX_IDENTITY_TIMEOUT_MS]),
     allowList: resolveAllowList(options.allowList)
   }
 }
@@ -238,7 +238,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     mode: choice('mode', options.mode ?? DEFAULTS.mode, MODES),
     printPolicies: typeof options.printPolicies === 'boolean' ? options.printPolicies : DEFAULTS.printPolicies,
     metrics: typeof options.metrics === 'boolean' ? options.metrics : DEFAULTS.metrics,
-    fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, 1, MAX_FLEET),
+    fleetSize: options.fleetSize === undefined ? undefined : integerOption(options, 'fleetSize', 1, [1, MAX_FLEET]),
     circuitBreaker: resolveBreaker(options.circuitBreaker),
     configKey: resolveConfigKey(options.configKey),
     hook: choice('hook', options.hook ?? DEFAULTS.hook, HOOKS),

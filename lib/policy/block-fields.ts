@@ -60,8 +60,8 @@ export function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) {
     fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${shown(input.backoff)})`)
   }
-  const after = input.after as number
-  return { after, forMs, backoff: backoff as number, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
+  const after = input.after
+  return { after, forMs, backoff, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
 }
 
 export function describeBy (by: RateLimitBlock['by'], hasUser: boolean): string[] {
@@ -86,7 +86,7 @@ function readTierMap (value: object, field: string, max: number, maxText: string
     if (!isCount(count, max)) {
       fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)
     }
-    out.push([tier, count as number])
+    out.push([tier, count])
   }
   out.sort((a, b) => (a[0] === FALLBACK_TIER ? -1 : b[0] === FALLBACK_TIER ? 1 : 0))
   return out
@@ -100,7 +100,7 @@ export function readCounts (value: unknown, field: string, max: number, maxText:
   if (!isCount(value, max)) {
     fail(field, `must be an integer from 1 to ${maxText}, or a tier map like { ${FALLBACK_TIER}: 60, pro: 600 } (got ${shown(value)})`)
   }
-  return [[undefined, value as number]]
+  return [[undefined, value]]
 }
 
 export function routeHasParam (url: string, name: string): boolean {

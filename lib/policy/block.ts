@@ -12,7 +12,7 @@ import {
   MODES,
   POLICY_NAME_RULE
 } from './rules.js'
-import { choiceProblem, isCount, shown } from '../util/validate.js'
+import { choiceMessage, isCount, isOneOf, shown } from '../util/validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
 import { BLOCK_FIELDS, unknownNameMessage } from './field-names.js'
 import { runAtLimit, type RunSpec } from './run.js'
@@ -32,6 +32,15 @@ export type RefundPredicate = (reply: FastifyReply) => boolean
 
 /** Where a block comes from: declared (by a route, a named policy, notFound) or the plugin's `defaultLimit`. */
 export type BlockSource = 'declared' | 'defaultLimit'
+
+/** Where blocks are declared (compile time only): the route's method(s) and URL ('*' for a global block), and how. */
+export interface Declaration {
+  method: string | string[]
+  url: string
+  source: BlockSource
+  /** The route's constraint text (keys/constraints.ts); absent: none. */
+  constraints?: string
+}
 
 /** A block's place: its index among `of` blocks, of a route or of `globalLimits`. */
 export interface BlockPosition { index: number, of: number, global: boolean }
@@ -140,13 +149,11 @@ const BY_ROUTE = 'is decided by each route (a global block is decided together w
 
 /** The failure policy and the mode of a block. */
 function readChoices (input: Fields, context: CompileContext, position: BlockPosition, fail: Fail): Choices {
-  const onRedisError = (input.onRedisError ?? context.onRedisError) as FailurePolicy
-  const badFailurePolicy = choiceProblem(onRedisError, FAILURE_POLICIES)
-  if (badFailurePolicy !== undefined) fail('onRedisError', badFailurePolicy)
+  const onRedisError = input.onRedisError ?? context.onRedisError
+  if (!isOneOf(onRedisError, FAILURE_POLICIES)) fail('onRedisError', choiceMessage(onRedisError, FAILURE_POLICIES))
   if (position.global && input.onRedisError !== undefined) fail('onRedisError', `${BY_ROUTE})`)
-  const mode = (input.mode ?? context.mode) as RateLimitMode
-  const badMode = choiceProblem(mode, MODES)
-  if (badMode !== undefined) fail('mode', badMode)
+  const mode = input.mode ?? context.mode
+  if (!isOneOf(mode, MODES)) fail('mode', choiceMessage(mode, MODES))
   return { onRedisError, mode }
 }
 
@@ -172,14 +179,13 @@ function readPredicates (input: Fields, algorithm: RunAlgorithm, position: Block
 function readRequestSide (input: Fields, position: BlockPosition, fail: Fail): RequestSide {
   const { hook, requestLimit } = input
   if (hook !== undefined) {
-    const badHook = choiceProblem(hook, HOOKS)
-    if (badHook !== undefined) fail('hook', badHook)
+    if (!isOneOf(hook, HOOKS)) fail('hook', choiceMessage(hook, HOOKS))
     if (position.global) fail('hook', `${BY_ROUTE}, at the route's stage)`)
   }
   if (requestLimit !== undefined && typeof requestLimit !== 'function') {
     fail('requestLimit', `must be a function (request) => number | Promise<number> (got ${shown(requestLimit)})`)
   }
-  return { hook: hook as RateLimitHook | undefined, requestLimit: requestLimit as CompiledBlock['requestLimit'] }
+  return { hook, requestLimit: requestLimit as CompiledBlock['requestLimit'] }
 }
 
 function readName (input: Fields, method: string | string[], url: string, position: BlockPosition, fail: Fail): string {
@@ -188,7 +194,7 @@ function readName (input: Fields, method: string | string[], url: string, positi
     : defaultName(keyMethod(method), url, position.index > 0 ? `-${position.index}` : '')
   const name = input.name ?? derived()
   if (!isPolicyName(name)) fail('name', `must be ${POLICY_NAME_RULE} (got ${JSON.stringify(input.name)})`)
-  return name as string
+  return name
 }
 
 function readIdentity (
@@ -216,10 +222,10 @@ function readIdentity (
 }
 
 function readLocalLimit (input: Fields, maxLimit: number, fail: Fail): number | undefined {
-  if (input.localLimit !== undefined && !isCount(input.localLimit, maxLimit)) {
-    fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${shown(input.localLimit)})`)
-  }
-  return input.localLimit as number | undefined
+  const { localLimit } = input
+  if (localLimit === undefined) return undefined
+  if (!isCount(localLimit, maxLimit)) fail('localLimit', `must be an integer from 1 to ${maxLimit} (got ${shown(localLimit)})`)
+  return localLimit
 }
 
 /**
@@ -227,14 +233,8 @@ function readLocalLimit (input: Fields, maxLimit: number, fail: Fail): number | 
  * route's other blocks. Throws FST_RRL_INVALID_BLOCK naming the route and the
  * field: bad configuration fails startup, never a request.
  */
-export function compileBlock (
-  block: unknown,
-  method: string | string[],
-  url: string,
-  context: CompileContext,
-  source: BlockSource,
-  position: BlockPosition
-): CompiledBlock {
+export function compileBlock (block: unknown, at: Declaration, context: CompileContext, position: BlockPosition): CompiledBlock {
+  const { method, url, source } = at
   const site = blockSite(method, url, source, position)
   const { fail } = site
   const input = readFields(block, position, fail)

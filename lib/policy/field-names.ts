@@ -1,3 +1,4 @@
+import { item } from '../util/item.js'
 /*
  * The names a plugin option and a block field may have, and the message for
  * one that is neither: "did you mean …?" for a near miss of a known name, a
@@ -141,14 +142,14 @@ function editDistance (a: string, b: string): number {
     const row = [i]
     for (let j = 1; j <= b.length; j++) {
       const same = a[i - 1] === b[j - 1] ? 0 : 1
-      let best = Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + same)
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, (before[j - 2] as number) + 1)
+      let best = Math.min(item(previous, j) + 1, item(row, j - 1) + 1, item(previous, j - 1) + same)
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) best = Math.min(best, item(before, j - 2) + 1)
       row.push(best)
     }
     before = previous
     previous = row
   }
-  return previous[b.length] as number
+  return item(previous, b.length)
 }
 
 /** The hint for an unknown name: a peer's or the other place's name as given, else the nearest name of either (case aside). */

@@ -1,7 +1,8 @@
 import { DAY_MS } from '../store/algorithms.js'
 import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../store/periods.js'
 import type { Fail } from './block-fields.js'
-import { choiceProblem, isCount, shown } from '../util/validate.js'
+import { choiceMessage, isCount, isOneOf, shown } from '../util/validate.js'
+import { item } from '../util/item.js'
 
 /**
  * What a block counts over: exactly one of these fields. A third kind
@@ -14,7 +15,7 @@ export type BlockKind = typeof BLOCK_KINDS[number]
 export function readKind (input: Record<string, unknown>, fail: Fail): BlockKind {
   const given = BLOCK_KINDS.filter((field) => input[field] !== undefined)
   if (given.length > 1) {
-    fail(given[1] as string, `cannot be combined with ${given[0] as string}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
+    fail(item(given, 1), `cannot be combined with ${item(given, 0)}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
   }
   if (given[0] !== 'period') {
     for (const field of ['timeZone', 'weekStart']) {
@@ -42,17 +43,16 @@ export const NOMINAL_PERIOD_MS: Record<PeriodUnit, number> = {
  * Node computes boundaries with.
  */
 export function readPeriod (input: Record<string, unknown>, fail: Fail, now: () => number): CalendarPeriod {
-  const unit = input.period as PeriodUnit
-  const badUnit = choiceProblem(unit, PERIODS)
-  if (badUnit !== undefined) fail('period', badUnit)
+  const unit = input.period
+  if (!isOneOf(unit, PERIODS)) fail('period', choiceMessage(unit, PERIODS))
   if (input.algorithm !== undefined && input.algorithm !== 'fixed-window') {
     fail('algorithm', `must be 'fixed-window' or omitted with period: a calendar period is a fixed-window count (got ${shown(input.algorithm)})`)
   }
   const timeZone = input.timeZone ?? 'UTC'
   const format = typeof timeZone === 'string' && timeZone.length <= 64 ? zoneFormat(timeZone) : undefined
-  if (format === undefined) fail('timeZone', `must be an IANA time zone name like 'Europe/Berlin' or 'UTC' (got ${shown(input.timeZone)})`)
+  if (typeof timeZone !== 'string' || format === undefined) fail('timeZone', `must be an IANA time zone name like 'Europe/Berlin' or 'UTC' (got ${shown(input.timeZone)})`)
   if (input.weekStart !== undefined && unit !== 'week') fail('weekStart', `only applies to period: 'week' (period is '${unit}')`)
   const weekStart = input.weekStart ?? 1
   if (!isCount(weekStart, 7)) fail('weekStart', `must be an integer from 1 (Monday) to 7 (Sunday) (got ${shown(input.weekStart)})`)
-  return new CalendarPeriod({ unit, timeZone: timeZone as string, weekStart: weekStart as number }, format as Intl.DateTimeFormat, now)
+  return new CalendarPeriod({ unit, timeZone, weekStart }, format, now)
 }

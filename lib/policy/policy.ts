@@ -1,4 +1,4 @@
-import { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock } from './block.js'
+import { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock, type Declaration } from './block.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { routeLabel } from '../keys/constraints.js'
 import type { CompiledIdentity } from '../keys/identity.js'
@@ -8,7 +8,7 @@ import { warnCaseTwins } from './name-case.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from '../types/index.js'
 
-export { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock, type RefundPredicate } from './block.js'
+export { compileBlock, FALLBACK_TIER, type BlockSource, type CompileContext, type CompiledBlock, type Declaration, type RefundPredicate } from './block.js'
 export type { BlockRun } from '../store/port.js'
 
 /*
@@ -65,27 +65,20 @@ function sameBy (a: RateLimitBlock['by'], b: RateLimitBlock['by']): boolean {
 /** Compiles `globalLimits` once; their blocks are shared by every route. */
 export function compileGlobals (input: unknown, context: CompileContext): CompiledBlock[] {
   const list = input as unknown[]
-  const blocks = list.map((block, index) => compileBlock(block, '*', '*', context, 'declared', { index, of: list.length, global: true }))
+  const blocks = list.map((block, index) => compileBlock(block, { method: '*', url: '*', source: 'declared' }, context, { index, of: list.length, global: true }))
   distinctSuffixes(blocks)
   return blocks
 }
 
 /** The route's own blocks: one, or an array of distinctly named blocks. */
-function ownBlocks (
-  declared: unknown,
-  method: string | string[],
-  url: string,
-  context: CompileContext,
-  source: BlockSource,
-  where: string
-): CompiledBlock[] {
+function ownBlocks (declared: unknown, at: Declaration, context: CompileContext, where: string): CompiledBlock[] {
   if (!Array.isArray(declared)) {
-    return [compileBlock(declared, method, url, context, source, { index: 0, of: 1, global: false })]
+    return [compileBlock(declared, at, context, { index: 0, of: 1, global: false })]
   }
   if (declared.length === 0 || declared.length > MAX_ROUTE_BLOCKS) {
     throw new FST_RRL_INVALID_BLOCK(where, 'rateLimit', `must be a block, an array of 1 to ${MAX_ROUTE_BLOCKS} blocks, or false (got ${declared.length} blocks)`)
   }
-  const own = declared.map((block, index) => compileBlock(block, method, url, context, source, { index, of: declared.length, global: false }))
+  const own = declared.map((block, index) => compileBlock(block, at, context, { index, of: declared.length, global: false }))
   const names = new Set<string>()
   for (const block of own) {
     if (names.has(block.name)) {
@@ -102,20 +95,13 @@ function ownBlocks (
  * with the global blocks into the route's policy. `constraints`: the route's
  * constraint text (keys/constraints.ts), '' for none.
  */
-export function compilePolicy (
-  declared: unknown,
-  method: string | string[],
-  url: string,
-  context: CompileContext,
-  source: BlockSource,
-  globals: readonly CompiledBlock[] = [],
-  constraints = ''
-): CompiledPolicy {
+export function compilePolicy (declared: unknown, at: Declaration, context: CompileContext, globals: readonly CompiledBlock[] = []): CompiledPolicy {
+  const { method, url, source, constraints = '' } = at
   const methodLabel = Array.isArray(method) ? method.join(',') : method
   const route = routeLabel(methodLabel, url, constraints)
   const where = source === 'defaultLimit' ? `${route} (from defaultLimit)` : route
   // No block of its own and no defaultLimit: the global blocks alone limit the route.
-  const own = declared === undefined && globals.length > 0 ? [] : ownBlocks(declared, method, url, context, source, where)
+  const own = declared === undefined && globals.length > 0 ? [] : ownBlocks(declared, at, context, where)
   for (const block of globals) {
     if (own.some((mine) => mine.name === block.name)) {
       throw new FST_RRL_INVALID_BLOCK(where, 'name', `${JSON.stringify(block.name)} is also the name of a globalLimits block`)

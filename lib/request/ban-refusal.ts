@@ -28,7 +28,8 @@ const LOG_EVERY_MS = 60_000
  * minute. That telemetry is isolated; it comes first because the refusal may
  * be thrown (useErrorHandler).
  */
-export function refuseBanned (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, runtime: BanRuntime, ban: RateLimitBan, startedAt: number): FastifyReply {
+export function refuseBanned (route: { policy: CompiledPolicy, runtime: BanRuntime }, request: FastifyRequest, reply: FastifyReply, ban: RateLimitBan, startedAt: number): FastifyReply {
+  const { policy, runtime } = route
   const now = runtime.clock()
   // The time left by the time bans are judged by (Redis's), not this host's clock.
   const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - runtime.bans.now())

@@ -2,11 +2,12 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
+import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../decide/slots.js'
 import { changeUsage, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
+import { item } from '../util/item.js'
 
 /*
  * The one end-of-request mechanism. Contract:
@@ -62,11 +63,11 @@ function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: Fas
   try {
     matched = refundOn(reply)
   } catch (error) {
-    reportValue(request, runtime, 'refundOn', route, { ok: false, error }, 'no refund')
+    reportValue(request, runtime, { ok: false, error }, { what: 'refundOn', route, instead: 'no refund' })
     return false
   }
   if (!strayThenable(matched)) return matched === true
-  reportValue(request, runtime, 'refundOn', route, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, 'no refund')
+  reportValue(request, runtime, { ok: false, error: new TypeError('returned a Promise; refundOn must be synchronous') }, { what: 'refundOn', route, instead: 'no refund' })
   return false
 }
 
@@ -76,10 +77,10 @@ function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
   const out: Adjustment[] = []
   for (let i = 0; i < input.runs.length; i++) {
     const refundOn = policy.blocks[i]?.refundOn
-    const cost = input.costs[i] as number
+    const cost = item(input.costs, i)
     if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
     if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
-    out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units: -cost, chargedAt: ending.chargedAt })
+    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: ending.chargedAt })
   }
   return out
 }
@@ -106,13 +107,13 @@ function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settl
 
 /** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
 function difference (outcome: Outcome, ending: Ending, i: number, request: FastifyRequest, runtime: Runtime): number {
-  const run = ending.input.runs[i] as BlockRun
-  const cost = ending.input.costs[i] as number
+  const run = item(ending.input.runs, i)
+  const cost = item(ending.input.costs, i)
   const capacity = Math.max(run.params.limit, run.params.burst)
   const value = outcome.ok ? outcome.value : undefined
   if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
   const route = `${ending.policy.route} (${ending.policy.blocks[i]?.name ?? ''})`
-  reportValue(request, runtime, 'settle', route, outcome, `leaving the reservation charged (settle must give an integer from 0 to ${capacity})`)
+  reportValue(request, runtime, outcome, { what: 'settle', route, instead: `leaving the reservation charged (settle must give an integer from 0 to ${capacity})` })
   return 0
 }
 
@@ -134,7 +135,7 @@ function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
   }
   const entries = (): Adjustment[] => {
     const out: Adjustment[] = []
-    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: input.runs[i]!, key: input.keys[i]!, units, chargedAt: ending.chargedAt }) })
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units, chargedAt: ending.chargedAt }) })
     return out
   }
   return pending === undefined ? entries() : Promise.all(pending).then(entries)

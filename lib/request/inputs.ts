@@ -107,14 +107,22 @@ function callBounded (fn: (request: FastifyRequest) => unknown, request: Fastify
   return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
 }
 
-export function reportValue (request: FastifyRequest, runtime: Runtime, what: string, route: string, outcome: Outcome, instead: string): void {
+/** What an unusable value was (`what` of `route`) and what was done `instead`: built on that path only. */
+export interface BadValue {
+  what: string
+  route: string
+  instead: string
+}
+
+/** Logs (once per burst) a function's unusable result and what was done instead. */
+export function reportValue (request: FastifyRequest, runtime: Runtime, outcome: Outcome, { what, route, instead }: BadValue): void {
   runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(outcome)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
 }
 
 /** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
 function tierOf (outcome: Outcome, request: FastifyRequest, runtime: Runtime, route: string): string | undefined {
   if (outcome.ok && typeof outcome.value === 'string') return outcome.value
-  if (!outcome.ok || (outcome.value !== undefined && outcome.value !== null)) reportValue(request, runtime, 'tier', route, outcome, 'using the default tier')
+  if (!outcome.ok || (outcome.value !== undefined && outcome.value !== null)) reportValue(request, runtime, outcome, { what: 'tier', route, instead: 'using the default tier' })
   return undefined
 }
 
@@ -133,7 +141,7 @@ function limitOf (outcome: Outcome, block: CompiledBlock, request: FastifyReques
   if (outcome.ok && isCount(outcome.value, block.maxLimit)) return outcome.value
   // undefined / null: no limit of its own for this request (not an error).
   if (outcome.ok && (outcome.value === undefined || outcome.value === null)) return undefined
-  reportValue(request, runtime, 'requestLimit', `${route} (${block.name})`, outcome, `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})`)
+  reportValue(request, runtime, outcome, { what: 'requestLimit', route: `${route} (${block.name})`, instead: `using the block's limit (requestLimit must give an integer from 1 to ${block.maxLimit})` })
   return undefined
 }
 

@@ -29,7 +29,15 @@ export interface RouteRuntime extends InputRuntime, BanRuntime {
   refuse: Refuse
 }
 
-function withRuns (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime, tier: string | undefined, limits: Array<number | undefined> | undefined, keys: string[]): DecisionInput {
+/** What a route's hook works with, built once per route. */
+interface RouteContext {
+  policy: CompiledPolicy
+  runtime: RouteRuntime
+  /** Skip checks (allowList, the route's skip), in order. */
+  checks: SkipCheck[]
+}
+
+function withRuns ({ policy, runtime }: RouteContext, request: FastifyRequest, tier: string | undefined, limits: Array<number | undefined> | undefined, keys: string[]): DecisionInput {
   const tierRuns = runsForTier(policy, tier)
   const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
   const input: DecisionInput = { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
@@ -38,14 +46,15 @@ function withRuns (policy: CompiledPolicy, request: FastifyRequest, runtime: Rou
 }
 
 /** Tier, limits and keys start together; a Promise only when an async function made one. */
-function decisionInput (policy: CompiledPolicy, request: FastifyRequest, runtime: RouteRuntime): DecisionInput | Promise<DecisionInput> {
+function decisionInput (ctx: RouteContext, request: FastifyRequest): DecisionInput | Promise<DecisionInput> {
+  const { policy, runtime } = ctx
   const tier = requestTier(policy, request, runtime)
   const limits = policy.requestLimits ? requestLimits(policy, request, runtime) : undefined
   const keys = requestKeys(policy, request)
   if (tier instanceof Promise || limits instanceof Promise || keys instanceof Promise) {
-    return Promise.all([tier, limits, keys]).then(([t, l, k]) => withRuns(policy, request, runtime, t, l, k))
+    return Promise.all([tier, limits, keys]).then(([t, l, k]) => withRuns(ctx, request, t, l, k))
   }
-  return withRuns(policy, request, runtime, tier, limits, keys)
+  return withRuns(ctx, request, tier, limits, keys)
 }
 
 /**
@@ -55,7 +64,7 @@ function decisionInput (policy: CompiledPolicy, request: FastifyRequest, runtime
  * the store). Right after the decision: nothing may throw between taking a
  * slot and arranging its release.
  */
-function trackAdmitted (request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, input: DecisionInput, evaluation: Evaluation, runtime: RouteRuntime): void {
+function trackAdmitted ({ policy, runtime }: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): void {
   const slots = policy.concurrency ? holdSlots(runtime, input, evaluation, request.log) : undefined
   const charged = !evaluation.decision.degraded
   if (!charged && slots === undefined) return
@@ -79,14 +88,6 @@ function continueAfter (sent: Promise<boolean>, next: HookNext): void {
   sent.then((wasSent) => { if (!wasSent) next() }, next)
 }
 
-/** What a route's hook works with, built once per route. */
-interface RouteContext {
-  policy: CompiledPolicy
-  runtime: RouteRuntime
-  /** Skip checks (allowList, the route's skip), in order. */
-  checks: SkipCheck[]
-}
-
 function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, evaluation: Evaluation, statusCode: 429 | 503): FastifyReply {
   return ctx.runtime.refuse(request, reply, ctx.policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
 }
@@ -95,7 +96,7 @@ function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply
 function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): FastifyReply | undefined {
   const { policy, runtime } = ctx
   request.rateLimit = evaluation.decision
-  if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(request, reply, policy, input, evaluation, runtime)
+  if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(ctx, request, reply, input, evaluation)
   if (evaluation.decision.degraded) {
     // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
     if (!evaluation.rejected) return undefined
@@ -121,7 +122,7 @@ async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, rep
     let ban = runtime.bans.match(policy, request)
     if (ban instanceof Promise) ban = await ban
     if (ban !== undefined) {
-      refuseBanned(request, reply, policy, runtime, ban, startedAt)
+      refuseBanned(ctx, request, reply, ban, startedAt)
       return true
     }
   }
@@ -133,19 +134,24 @@ async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, rep
       return false
     }
   }
-  return await decideAsync(ctx, request, reply, await decisionInput(policy, request, runtime))
+  return await decideAsync(ctx, request, reply, await decisionInput(ctx, request))
 }
 
-/** The common path's end: respond, then `next` outside the try (the rest of the chain runs inside it). */
-function finish (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation, next: HookNext): void {
-  let sent: FastifyReply | undefined
-  try {
-    sent = respond(ctx, request, reply, input, evaluation)
-  } catch (error) {
-    next(error as Error)
-    return
+/**
+ * The common path's end, as evaluateThen's `done` (the one closure the
+ * request had): respond, then `next` outside the try (the rest of the chain runs inside it).
+ */
+function finisher (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, next: HookNext): (evaluation: Evaluation) => void {
+  return (evaluation) => {
+    let sent: FastifyReply | undefined
+    try {
+      sent = respond(ctx, request, reply, input, evaluation)
+    } catch (error) {
+      next(error as Error)
+      return
+    }
+    if (sent === undefined) next()
   }
-  if (sent === undefined) next()
 }
 
 /**
@@ -170,11 +176,11 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime):
       continueAfter(screenThenDecide(ctx, request, reply), next)
       return
     }
-    const input = decisionInput(policy, request, runtime)
+    const input = decisionInput(ctx, request)
     if (input instanceof Promise) {
       continueAfter(input.then((ready) => decideAsync(ctx, request, reply, ready)), next)
       return
     }
-    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, (evaluation) => { finish(ctx, request, reply, input, evaluation, next) }, next)
+    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, finisher(ctx, request, reply, input, next), next)
   }
 }

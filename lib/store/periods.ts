@@ -1,3 +1,4 @@
+import { item } from '../util/item.js'
 /*
  * Calendar periods (`period: 'day' | 'week' | 'month' | 'year'` in a time
  * zone). Redis Lua has no date library, so Node computes the boundaries with
@@ -57,8 +58,8 @@ export function zoneFormat (timeZone: string): Intl.DateTimeFormat | undefined {
 /** The period of `bounds` that holds `now`: [start, end), or undefined (a clock more than a period from Node's). Lua: batch.lua periodAt. */
 export function periodAt (bounds: Boundaries, now: number): [number, number] | undefined {
   for (let i = 0; i < 3; i++) {
-    const start = bounds[i] as number
-    const end = bounds[i + 1] as number
+    const start = item(bounds, i)
+    const end = item(bounds, i + 1)
     if (now >= start && now < end) return [start, end]
   }
   return undefined

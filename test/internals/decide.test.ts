@@ -15,7 +15,7 @@ const admit = (remaining: number): RawDecision => ({ allowed: true, remaining, r
 const refuse = (retryAfterMs: number): RawDecision => ({ allowed: false, remaining: 0, resetMs: retryAfterMs, retryAfterMs, nextMs: retryAfterMs })
 
 test('enforced blocks: the refusal with the latest retry binds; otherwise the fewest units left', async (t) => {
-  const policy = compilePolicy([{ limit: 10, window: '1s', name: 'a' }, { limit: 100, window: '1h', name: 'b' }, { limit: 50, window: '1m', name: 'c' }], 'GET', '/x', context, 'declared')
+  const policy = compilePolicy([{ limit: 10, window: '1s', name: 'a' }, { limit: 100, window: '1h', name: 'b' }, { limit: 50, window: '1m', name: 'c' }], { method: 'GET', url: '/x', source: 'declared' }, context)
   const allowed = combine(policy, policy.runs, [admit(7), admit(3), admit(5)])
   t.same([allowed.rejected, allowed.binding, allowed.outcome, allowed.violated], [false, 1, 'allowed', []], 'fewest remaining binds')
   const refused = combine(policy, policy.runs, [refuse(400), admit(3), refuse(9000)])
@@ -25,10 +25,10 @@ test('enforced blocks: the refusal with the latest retry binds; otherwise the fe
 })
 
 test('shadow blocks never refuse; with no enforced block, the first shadow refusal binds', async (t) => {
-  const mixed = compilePolicy([{ limit: 10, window: '1s', name: 'real' }, { limit: 1, window: '1s', name: 'trial', mode: 'shadow' }], 'GET', '/x', context, 'declared')
+  const mixed = compilePolicy([{ limit: 10, window: '1s', name: 'real' }, { limit: 1, window: '1s', name: 'trial', mode: 'shadow' }], { method: 'GET', url: '/x', source: 'declared' }, context)
   const verdict = combine(mixed, mixed.runs, [admit(4), refuse(800)])
   t.same([verdict.rejected, verdict.binding, verdict.outcome, verdict.violated, verdict.shadowViolated], [false, 0, 'shadow-limited', [], ['trial']], 'the enforced block still binds')
-  const shadows = compilePolicy([{ limit: 10, window: '1s', name: 's1', mode: 'shadow' }, { limit: 1, window: '1s', name: 's2', mode: 'shadow' }], 'GET', '/y', context, 'declared')
+  const shadows = compilePolicy([{ limit: 10, window: '1s', name: 's1', mode: 'shadow' }, { limit: 1, window: '1s', name: 's2', mode: 'shadow' }], { method: 'GET', url: '/y', source: 'declared' }, context)
   const only = combine(shadows, shadows.runs, [admit(4), refuse(800)])
   t.same([only.rejected, only.binding, only.outcome, only.shadowViolated], [false, 1, 'shadow-limited', ['s2']], 'all shadow: the refusing shadow block binds')
 })

@@ -1,5 +1,6 @@
 import type { MemoryAlgorithm, SlidingLogState } from './algorithms.js'
 import { decision } from './math.js'
+import { item } from '../../util/item.js'
 
 /** Index of the first element > x in a sorted array. */
 function upperBound (a: readonly number[], x: number): number {
@@ -7,7 +8,7 @@ function upperBound (a: readonly number[], x: number): number {
   let hi = a.length
   while (lo < hi) {
     const mid = (lo + hi) >>> 1
-    if ((a[mid] as number) <= x) lo = mid + 1
+    if (item(a, mid) <= x) lo = mid + 1
     else hi = mid
   }
   return lo
@@ -24,23 +25,23 @@ export const slidingLog: MemoryAlgorithm<SlidingLogState> = {
       const at = upperBound(log, now)
       const next = log.slice(0, at)
       for (let i = 0; i < cost; i++) next.push(now)
-      for (let i = at; i < count; i++) next.push(log[i] as number)
+      for (let i = at; i < count; i++) next.push(item(log, i))
       // same formula as Lua (PEXPIRE W); equal to newest + W - now unless the clock went backwards
-      return { decision: decision(true, limit - count - cost, w, 0, count > 0 ? (log[0] as number) + w - now : w), state: next, ttlMs: Math.max(w, (next[next.length - 1] as number) + w - now) }
+      return { decision: decision(true, limit - count - cost, w, 0, count > 0 ? item(log, 0) + w - now : w), state: next, ttlMs: Math.max(w, item(next, next.length - 1) + w - now) }
     }
     const available = Math.max(0, limit - count)
     const pruned = cut === 0 ? undefined : log
-    const ttlMs = count === 0 ? 0 : (log[count - 1] as number) + w - now
+    const ttlMs = count === 0 ? 0 : item(log, count - 1) + w - now
     if (count === 0) {
       return { decision: decision(false, available, 0, w, 0), state: pruned, ttlMs }
     }
     let retry = w
     if (cost <= limit) {
       const k = count + cost - limit
-      retry = (log[k - 1] as number) + w - now
+      retry = item(log, k - 1) + w - now
     }
     // one more unit frees when the k-th oldest expires, k = count + available + 1 - limit (1 unless the limit was lowered)
-    const nextMs = (log[count + available - limit] as number) + w - now
-    return { decision: decision(false, available, (log[count - 1] as number) + w - now, retry, nextMs), state: pruned, ttlMs }
+    const nextMs = item(log, count + available - limit) + w - now
+    return { decision: decision(false, available, item(log, count - 1) + w - now, retry, nextMs), state: pruned, ttlMs }
   }
 }

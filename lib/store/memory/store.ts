@@ -5,6 +5,7 @@ import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
 import { LruMap } from '../../util/lru-map.js'
+import { item } from '../../util/item.js'
 
 interface Entry {
   state: unknown
@@ -69,15 +70,20 @@ export class MemoryStore implements Store {
     }
   }
 
-  /** The live state of a key, marked as recently used; undefined when absent or expired. */
-  #read (key: string, now: number): unknown {
+  /** The live entry of a key, marked as recently used; undefined when absent or expired. */
+  #live (key: string, now: number): Entry | undefined {
     const entry = this.#entries.get(key)
     if (entry === undefined) return undefined
     if (entry.expiresAt <= now) {
       this.#entries.delete(key)
       return undefined
     }
-    return entry.state
+    return entry
+  }
+
+  /** The live state of a key (see #live). */
+  #read (key: string, now: number): unknown {
+    return this.#live(key, now)?.state
   }
 
   #write (key: string, state: unknown, expiresAt: number): void {
@@ -86,10 +92,10 @@ export class MemoryStore implements Store {
 
   /** Run i's step: its algorithm at its cost, or its slots for the request's slot id. */
   #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
-    const run = runs[i] as BlockRun
-    const state = this.#read(keys[i] as string, now)
+    const run = item(runs, i)
+    const state = this.#read(item(keys, i), now)
     if (run.algorithm === 'concurrency') return slotStep(state as SlotState | undefined, run.params, slot ?? '', now)
-    return memoryAlgorithms[run.algorithm].step(state, paramsAt(run, now), costs[i] as number, now)
+    return memoryAlgorithms[run.algorithm].step(state, paramsAt(run, now), item(costs, i), now)
   }
 
   /** The model's synchronous entry (property tests drive it with their own `now`). */
@@ -107,15 +113,15 @@ export class MemoryStore implements Store {
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true
     for (let i = 0; i < runs.length; i++) {
-      const run = runs[i] as BlockRun
+      const run = item(runs, i)
       const step = this.#step(request, i, now)
       steps.push(step)
       if (!step.decision.allowed && !run.shadow) admit = false
     }
     if (admit && !dry) {
       for (let i = 0; i < runs.length; i++) {
-        const step = steps[i] as MemoryStep<unknown>
-        if (step.decision.allowed && step.state !== undefined) this.#write(keys[i] as string, step.state, now + step.ttlMs)
+        const step = item(steps, i)
+        if (step.decision.allowed && step.state !== undefined) this.#write(item(keys, i), step.state, now + step.ttlMs)
       }
     }
     const decisions = steps.map((step) => step.decision)
@@ -126,10 +132,10 @@ export class MemoryStore implements Store {
   /** A charge's refusals by blocks with a penalty: each counts one, and one may start a penalty. */
   #countRefusals ({ runs, keys }: StoreRequest, decisions: RawDecision[], now: number): void {
     for (let i = 0; i < runs.length; i++) {
-      const run = runs[i] as BlockRun
-      const decision = decisions[i] as RawDecision
+      const run = item(runs, i)
+      const decision = item(decisions, i)
       if (run.penalty === undefined || run.shadow || decision.allowed) continue
-      const until = this.#refused(penaltyKey(keys[i] as string), run.penalty, paramsAt(run, now).windowMs, now)
+      const until = this.#refused(penaltyKey(item(keys, i)), run.penalty, paramsAt(run, now).windowMs, now)
       if (until !== undefined) {
         const wait = until - now
         decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), nextMs: Math.max(decision.nextMs, wait), penalized: true }
@@ -141,9 +147,9 @@ export class MemoryStore implements Store {
   #penalized (runs: readonly BlockRun[], keys: readonly string[], now: number): Array<number | undefined> | undefined {
     let blocked: Array<number | undefined> | undefined
     for (let i = 0; i < runs.length; i++) {
-      const run = runs[i] as BlockRun
+      const run = item(runs, i)
       if (run.penalty === undefined || run.shadow) continue
-      const state = this.#read(penaltyKey(keys[i] as string), now) as PenaltyState | undefined
+      const state = this.#read(penaltyKey(item(keys, i)), now) as PenaltyState | undefined
       if (state !== undefined && state.until > now) {
         blocked ??= new Array<number | undefined>(runs.length)
         blocked[i] = state.until - now
@@ -205,7 +211,8 @@ export class MemoryStore implements Store {
 
   /** A slot's release or renewal, as scripts/concurrency.lua's modes 2 and 3. */
   #adjustSlot ({ kind, run, key, slot }: SlotAdjustment, now: number): boolean {
-    const state = this.#read(key, now) as SlotState | undefined
+    const entry = this.#live(key, now)
+    const state = entry?.state as SlotState | undefined
     if (kind === 'renew') {
       const renewed = slotRenew(state, run.params, slot, now)
       if (renewed === undefined) return false
@@ -213,10 +220,10 @@ export class MemoryStore implements Store {
       return true
     }
     const released = slotRelease(state, slot, now)
-    if (released.state !== state) {
-      const expiresAt = (this.#entries.peek(key) as Entry).expiresAt
+    // A release changes only a live entry, and keeps its expiry.
+    if (entry !== undefined && released.state !== state) {
       if (released.state === undefined) this.#entries.delete(key)
-      else this.#write(key, released.state, expiresAt)
+      else this.#write(key, released.state, entry.expiresAt)
     }
     return released.removed
   }

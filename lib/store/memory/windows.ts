@@ -1,6 +1,7 @@
 import type { MemoryAlgorithm } from './algorithms.js'
 import { cdiv, decision, idiv } from './math.js'
 import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
+import type { BlockParams } from '../algorithms.js'
 
 export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
   step (state, { limit, windowMs: w, start }, cost, now) {
@@ -42,7 +43,7 @@ export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
  * ms until a refused `cost` fits: the earliest e with prev * (W - e) <= (limit - cost - cur) * W,
  * else in the next window (prev = cur, cur = 0) (Lua: retryMs).
  */
-function windowRetryMs (cur: number, prev: number, limit: number, cost: number, w: number, elapsed: number): number {
+function windowRetryMs (cur: number, prev: number, { limit, windowMs: w }: BlockParams, cost: number, elapsed: number): number {
   const room = limit - cost - cur
   if (room >= 0) {
     // refused now with room: prev > 0, and this e is after elapsed
@@ -55,8 +56,8 @@ function windowRetryMs (cur: number, prev: number, limit: number, cost: number, 
 }
 
 /** ms until `available` grows by one unit: when available + 1 units would fit; 0 = full (Lua: nextMs). */
-function windowNextMs (cur: number, prev: number, limit: number, available: number, w: number, elapsed: number): number {
-  return available >= limit ? 0 : windowRetryMs(cur, prev, limit, available + 1, w, elapsed)
+function windowNextMs (cur: number, prev: number, params: BlockParams, available: number, elapsed: number): number {
+  return available >= params.limit ? 0 : windowRetryMs(cur, prev, params, available + 1, elapsed)
 }
 
 /** The counts [cur, prev] of the current and previous window; zero when stale or absent (Lua: readCounts). */
@@ -67,7 +68,8 @@ function counts (state: SlidingWindowState | undefined, idx: number): [number, n
 }
 
 export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
-  step (state, { limit, windowMs: w }, cost, now) {
+  step (state, params, cost, now) {
+    const { limit, windowMs: w } = params
     now = Math.floor(now)
     const idx = idiv(now, w)
     const elapsed = now - idx * w
@@ -80,16 +82,16 @@ export const slidingWindow: MemoryAlgorithm<SlidingWindowState> = {
     const estimate = cdiv(prev * (w - elapsed), w) + cur
     const available = Math.max(0, limit - estimate)
     if (cost > limit) {
-      return { decision: decision(false, available, resetMs(cur, prev), w, windowNextMs(cur, prev, limit, available, w, elapsed)), state: undefined, ttlMs: 0 }
+      return { decision: decision(false, available, resetMs(cur, prev), w, windowNextMs(cur, prev, params, available, elapsed)), state: undefined, ttlMs: 0 }
     }
     if (estimate + cost > limit) {
-      const retry = windowRetryMs(cur, prev, limit, cost, w, elapsed)
-      return { decision: decision(false, available, resetMs(cur, prev), retry, windowNextMs(cur, prev, limit, available, w, elapsed)), state: undefined, ttlMs: 0 }
+      const retry = windowRetryMs(cur, prev, params, cost, elapsed)
+      return { decision: decision(false, available, resetMs(cur, prev), retry, windowNextMs(cur, prev, params, available, elapsed)), state: undefined, ttlMs: 0 }
     }
     cur = cur + cost
     const remaining = limit - estimate - cost
     return {
-      decision: decision(true, remaining, resetMs(cur, prev), 0, windowNextMs(cur, prev, limit, remaining, w, elapsed)),
+      decision: decision(true, remaining, resetMs(cur, prev), 0, windowNextMs(cur, prev, params, remaining, elapsed)),
       state: { idx, cur, prev },
       ttlMs: (idx + 2) * w - now
     }

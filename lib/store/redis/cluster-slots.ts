@@ -1,3 +1,4 @@
+import { item } from '../../util/item.js'
 /* On a Cluster every key of one script call must live in one slot, which a key's hash tag decides. */
 
 /** The Cluster hash tag of a key (`{...}`), which decides its slot; the key itself when it has none. */
@@ -14,7 +15,7 @@ function hashTag (key: string): string {
 export function bySlot<T extends { keys: readonly string[] }> (jobs: readonly T[]): Iterable<T[]> {
   const groups = new Map<string, T[]>()
   for (const job of jobs) {
-    const tag = hashTag(job.keys[0] as string)
+    const tag = hashTag(item(job.keys, 0))
     const group = groups.get(tag)
     if (group === undefined) groups.set(tag, [job])
     else group.push(job)

@@ -6,6 +6,7 @@ import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
 import { bySlot } from './cluster-slots.js'
 import { isIdempotent, waitMore, type BatchJob, type InFlight, type Progress } from './in-flight.js'
+import { item } from '../../util/item.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
@@ -284,8 +285,8 @@ export class Dispatcher {
     const { at, results } = splitBatchReply(jobs, reply)
     let failed: BatchJob[] | undefined
     for (let j = 0; j < jobs.length; j++) {
-      const job = jobs[j] as BatchJob
-      const result = results[j] as number[] | Error
+      const job = item(jobs, j)
+      const result = item(results, j)
       if (result instanceof Error) {
         this.#fail(job, result)
         ;(failed ??= []).push(job)

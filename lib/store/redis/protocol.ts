@@ -1,6 +1,8 @@
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
 import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+import { item } from '../../util/item.js'
+import { isInteger } from '../../util/validate.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -76,9 +78,9 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
   const { runs, keys } = request
   let all: string[] | undefined
   for (let i = 0; i < runs.length; i++) {
-    if ((runs[i] as BlockRun).penalty === undefined) continue
+    if (item(runs, i).penalty === undefined) continue
     all ??= [...keys]
-    all.push(penaltyKey(keys[i] as string))
+    all.push(penaltyKey(item(keys, i)))
   }
   return all ?? keys
 }
@@ -132,7 +134,7 @@ class SpecTable {
  */
 function straightRun (call: EncodedCall): BlockRun | undefined {
   if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
-  const run = call.runs[0] as BlockRun
+  const run = item(call.runs, 0)
   return run.penalty === undefined && !isSlotRun(run) ? run : undefined
 }
 
@@ -168,16 +170,16 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
     const { runs, costs } = call
     const straight = straightRun(call)
     if (straight !== undefined) {
-      const cost = costs[0] as number
+      const cost = item(costs, 0)
       if (cost === 1) decisions.push(specs.of(straight))
       else decisions.push(-2, specs.of(straight), cost)
       continue
     }
     decisions.push(0, runs.length, call.mode)
     for (let i = 0; i < runs.length; i++) {
-      const run = runs[i] as BlockRun
+      const run = item(runs, i)
       // A concurrency run's "cost" is the request's slot id, its sorted-set member.
-      decisions.push(specs.of(run), isSlotRun(run) ? call.slot ?? '' : costs[i] as number)
+      decisions.push(specs.of(run), isSlotRun(run) ? call.slot ?? '' : item(costs, i))
     }
   }
   return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
@@ -192,11 +194,11 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
  */
 export function frameLone (calls: readonly EncodedCall[], now: number | undefined): { algorithmNumber: number, args: Array<string | number> } | undefined {
   if (calls.length !== 1) return undefined
-  const call = calls[0] as EncodedCall
+  const call = item(calls, 0)
   const run = straightRun(call)
   // The lone scripts take no calendar period (batch.lua's periodFn). A straight run is a decision's.
   if (run === undefined || run.period !== undefined || call.kind !== 'decide') return undefined
-  return { algorithmNumber: run.algorithmNumber, args: [1, call.keys[0] as string, run.specText, call.costs[0] as number, now === undefined ? '' : String(now)] }
+  return { algorithmNumber: run.algorithmNumber, args: [1, item(call.keys, 0), run.specText, item(call.costs, 0), now === undefined ? '' : String(now)] }
 }
 
 /**
@@ -209,22 +211,36 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
 function readBlocks (list: readonly unknown[], at: number, blocks: number, values: number[]): number {
   for (let b = 0; b < blocks; b++) {
     const head = list[at]
-    if (!Number.isInteger(head) || (head as number) < 0) return -1
-    const allowed = (head as number) % 4
+    if (!isInteger(head) || head < 0) return -1
+    const allowed = head % 4
     if (allowed === 3) {
       const packed = list[at + 1]
-      if (!Number.isInteger(packed) || (packed as number) < 0) return -1
-      const resetMs = Math.floor((packed as number) / REPLY_PACK)
-      values.push(1, ((head as number) - 3) / 4, resetMs, 0, (packed as number) - resetMs * REPLY_PACK)
+      if (!isInteger(packed) || packed < 0) return -1
+      const resetMs = Math.floor(packed / REPLY_PACK)
+      values.push(1, (head - 3) / 4, resetMs, 0, packed - resetMs * REPLY_PACK)
       at += 2
       continue
     }
+    // An admitted block (allowed 1) sends no retryAfterMs: three values, else four.
     const width = allowed === 1 ? 3 : 4
-    for (let i = 1; i < width; i++) if (typeof list[at + i] !== 'number') return -1
-    values.push(allowed, ((head as number) - allowed) / 4, list[at + 1] as number, allowed === 1 ? 0 : list[at + 2] as number, list[at + width - 1] as number)
+    const resetMs = list[at + 1]
+    const retryAfterMs = allowed === 1 ? 0 : list[at + 2]
+    const nextMs = list[at + width - 1]
+    if (typeof resetMs !== 'number' || typeof retryAfterMs !== 'number' || typeof nextMs !== 'number') return -1
+    values.push(allowed, (head - allowed) / 4, resetMs, retryAfterMs, nextMs)
     at += width
   }
   return at
+}
+
+/** An adjustment call's `entries` values from list[at] on, into `values`; the position after them, or -1 when one is not a number. */
+function readAdjusted (list: readonly unknown[], at: number, entries: number, values: number[]): number {
+  for (let i = 0; i < entries; i++) {
+    const value = list[at + i]
+    if (typeof value !== 'number') return -1
+    values.push(value)
+  }
+  return at + entries
 }
 
 /** A batch reply split among its calls: the script's `now`, then per call its values or the error it failed with. */
@@ -241,22 +257,19 @@ export interface SplitReply {
  */
 export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown): SplitReply {
   const out: Array<number[] | Error> = []
-  const list = Array.isArray(reply) ? reply as unknown[] : []
+  const list: readonly unknown[] = Array.isArray(reply) ? reply : []
   const now = list[0]
-  if (!Number.isInteger(now)) return { at: 0, results: calls.map(() => new FST_RRL_BAD_SCRIPT_REPLY()) }
+  if (!isInteger(now)) return { at: 0, results: calls.map(() => new FST_RRL_BAD_SCRIPT_REPLY()) }
   let at = 1
   for (const call of calls) {
-    if (typeof list[at] === 'string') {
-      out.push(new FST_RRL_SCRIPT_ERROR(list[at] as string))
+    const error = list[at]
+    if (typeof error === 'string') {
+      out.push(new FST_RRL_SCRIPT_ERROR(error))
       at += 1
       continue
     }
     const values: number[] = []
-    if (call.kind === 'decide') at = readBlocks(list, at, call.runs.length, values)
-    else {
-      for (let i = 0; i < call.entries.length; i++) values.push(list[at + i] as number)
-      at = values.every((value) => typeof value === 'number') ? at + values.length : -1
-    }
+    at = call.kind === 'decide' ? readBlocks(list, at, call.runs.length, values) : readAdjusted(list, at, call.entries.length, values)
     if (at < 0) {
       // The rest cannot be located either.
       while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
@@ -264,14 +277,14 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
     }
     out.push(values)
   }
-  return { at: now as number, results: out }
+  return { at: now, results: out }
 }
 
 /** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, or 2 for a penalty. */
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
   for (let i = 0; i < values.length; i += DECISION_STRIDE) {
-    const decision: RawDecision = { allowed: values[i] === 1, remaining: values[i + 1] as number, resetMs: values[i + 2] as number, retryAfterMs: values[i + 3] as number, nextMs: values[i + 4] as number }
+    const decision: RawDecision = { allowed: values[i] === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
     if (values[i] === 2) decision.penalized = true
     out.push(decision)
   }

@@ -3,6 +3,7 @@ import type { LoadedScript } from './scripts.js'
 import { isLibraryLoaded, isTransientRefusal, type ClientPort, type MasterPort } from './client/port.js'
 import type { StartupLog } from '../port.js'
 import { awaitWithin } from '../../util/await-within.js'
+import { item } from '../../util/item.js'
 
 /** A reload that has not settled by then no longer holds off the next one (a hung master). */
 const RELOAD_WAIT_MS = 5000
@@ -58,13 +59,13 @@ export class ScriptRoute {
 
   /** What a call of script n names: its function while functions are on, else its SHA. */
   first (n: ScriptNumber): string {
-    if (this.#functions) return n === 0 ? this.#library.batch : this.#library.lone[n - 1] as string
+    if (this.#functions) return n === 0 ? this.#library.batch : item(this.#library.lone, n - 1)
     return this.script(n).sha
   }
 
   /** Script n's source and SHA, for EVAL after NOSCRIPT or "Function not found". */
   script (n: ScriptNumber): LoadedScript {
-    return n === 0 ? this.#batch : this.#lone[n - 1] as LoadedScript
+    return n === 0 ? this.#batch : item(this.#lone, n - 1)
   }
 
   /** Every script, for the EVALSHA route's warm-up. */

@@ -97,9 +97,15 @@ async function readyWithin (client: IoRedisLike, ms: number): Promise<void> {
   client.off('ready', onReady)
 }
 
+/** An ioredis Cluster: it declares `isCluster: true` (a Redis has no such property). */
+function isIoCluster (client: IoRedisLike | IoClusterLike): client is IoClusterLike {
+  return 'isCluster' in client && client.isCluster === true
+}
+
 /** `Command`: the client's own (commandClassOf). */
 export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCommandClass): ClientPort {
-  const cluster = (client as { isCluster?: unknown }).isCluster === true
+  const clusterClient = isIoCluster(client) ? client : undefined
+  const cluster = clusterClient !== undefined
   return {
     kind: cluster ? 'ioredis-cluster' : 'ioredis',
     cluster,
@@ -112,7 +118,7 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
     script: (op: ScriptOp, first, framed): ScriptCall => {
       const command = new Command(op, [first, ...framed], { replyEncoding: 'utf8', keyPrefix: client.options.keyPrefix })
       client.sendCommand(command)
-      const node = cluster ? (client as IoClusterLike).slots[command.getSlot() ?? -1]?.[0] ?? 'unknown' : 'standalone'
+      const node = clusterClient === undefined ? 'standalone' : clusterClient.slots[command.getSlot() ?? -1]?.[0] ?? 'unknown'
       return {
         reply: command.promise,
         node,
@@ -123,7 +129,7 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
       }
     },
     isServerError: (error) => (error as { name?: unknown } | null)?.name === 'ReplyError',
-    masters: async () => (cluster ? (client as IoClusterLike).nodes('master') : [client]).map(masterPort),
+    masters: async () => (clusterClient === undefined ? [client] : clusterClient.nodes('master')).map(masterPort),
     del: async (keys) => await client.del(...keys),
     timedHash: async (key) => await timedHash(client, key),
     hset: async (key, field, value) => await client.hset(key, field, value),

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { keySlot } from '../cluster-slots.js'
-import { INERT, timeMs, toStringMap, type ClientKind, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
+import { INERT, timeMs, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
 
 /*
  * node-redis (the `redis` package, v5 and v6): createClient, createCluster,
@@ -57,7 +57,11 @@ export interface NodeRedisSentinelLike {
   sendCommand: (isReadonly: boolean, args: string[], options?: CallOptions) => Reply
 }
 
-type AnyNodeRedis = NodeRedisClientLike | NodeRedisClusterLike | NodeRedisSentinelLike
+/** A node-redis client with the kind detect.ts found it to be: the kind tells which shape the client has. */
+export type NodeRedisTarget =
+  | { kind: 'node-redis', client: NodeRedisClientLike }
+  | { kind: 'node-redis-cluster', client: NodeRedisClusterLike }
+  | { kind: 'node-redis-sentinel', client: NodeRedisSentinelLike }
 
 /** One raw command: routed by `firstKey` on a Cluster. */
 type Send = (firstKey: string | undefined, args: string[], options: CallOptions) => Reply
@@ -68,16 +72,16 @@ const PLAIN: CallOptions = { typeMapping: {} }
 const SCRIPT_COMMANDS: Record<ScriptOp, string> = { fcall: 'FCALL', evalsha: 'EVALSHA', eval: 'EVAL' }
 const POLL_MS = 10
 
-function senderOf (kind: ClientKind, client: AnyNodeRedis): Send {
-  if (kind === 'node-redis-cluster') {
-    const cluster = client as NodeRedisClusterLike
+function senderOf (target: NodeRedisTarget): Send {
+  if (target.kind === 'node-redis-cluster') {
+    const cluster = target.client
     return (firstKey, args, options) => cluster.sendCommand(firstKey, false, args, options)
   }
-  if (kind === 'node-redis-sentinel') {
-    const sentinel = client as NodeRedisSentinelLike
+  if (target.kind === 'node-redis-sentinel') {
+    const sentinel = target.client
     return (_firstKey, args, options) => sentinel.sendCommand(false, args, options)
   }
-  const standalone = client as NodeRedisClientLike
+  const standalone = target.client
   return (_firstKey, args, options) => standalone.sendCommand(args, options)
 }
 
@@ -95,20 +99,20 @@ function addressOf (client: NodeRedisClientLike): string {
   return `${socket?.host ?? 'localhost'}:${socket?.port ?? 6379}`
 }
 
-async function mastersOf (kind: ClientKind, client: AnyNodeRedis, send: Send): Promise<MasterPort[]> {
-  if (kind === 'node-redis-cluster') {
-    const cluster = client as NodeRedisClusterLike
+async function mastersOf (target: NodeRedisTarget, send: Send): Promise<MasterPort[]> {
+  if (target.kind === 'node-redis-cluster') {
+    const cluster = target.client
     return await Promise.all(cluster.masters.map(async (master) => {
       const node = await cluster.nodeClient(master)
       return masterPort(master.address, async (args) => await node.sendCommand(args, PLAIN))
     }))
   }
   const own = async (args: string[]): Reply => await send(undefined, args, PLAIN)
-  if (kind === 'node-redis-sentinel') {
-    const master = (client as NodeRedisSentinelLike).getMasterNode()
+  if (target.kind === 'node-redis-sentinel') {
+    const master = target.client.getMasterNode()
     return [masterPort(master === undefined ? 'unknown' : `${master.host}:${master.port}`, own)]
   }
-  return [masterPort(addressOf(client as NodeRedisClientLike), own)]
+  return [masterPort(addressOf(target.client), own)]
 }
 
 /** Resolves once the client is ready, or after `ms` (an unref'd poll: a Cluster or Sentinel has no ready event to wait for). */
@@ -142,17 +146,25 @@ function scriptArgs (op: ScriptOp, first: string, framed: ReadonlyArray<string |
   return args
 }
 
-export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPort {
+/** Where a command on `key` goes: its slot's master on a Cluster, else the one node. */
+function nodeFinder (target: NodeRedisTarget): (key: string | undefined) => string {
+  if (target.kind !== 'node-redis-cluster') return () => 'standalone'
+  // The slot table is read per call: the client replaces it when the topology changes.
+  const cluster = target.client
+  return (key) => key === undefined ? 'standalone' : cluster.slots[keySlot(key)]?.master?.address ?? 'unknown'
+}
+
+export function nodeRedisPort (target: NodeRedisTarget): ClientPort {
+  const { kind, client } = target
   const cluster = kind === 'node-redis-cluster'
-  const send = senderOf(kind, client)
+  const send = senderOf(target)
   // v6.1+: the client's keyPrefix (v5 has none). Read once: it is fixed at creation.
-  const prefix = (client as { _keyPrefix?: unknown })._keyPrefix
+  const prefix = '_keyPrefix' in client ? client._keyPrefix : undefined
   const pre = typeof prefix === 'string' ? prefix : ''
-  const isReady = (): boolean => (client as { isReady?: boolean }).isReady ?? client.isOpen
+  const isReady = (): boolean => client.isReady ?? client.isOpen
   // A v6 Cluster (the one with isReady) copies a raw command's arguments into its parser.
-  const copiesArgs = cluster && (client as { isReady?: boolean }).isReady !== undefined
-  const nodeOf = (key: string | undefined): string =>
-    cluster && key !== undefined ? (client as NodeRedisClusterLike).slots[keySlot(key)]?.master?.address ?? 'unknown' : 'standalone'
+  const copiesArgs = cluster && client.isReady !== undefined
+  const nodeOf = nodeFinder(target)
   return {
     kind,
     cluster,
@@ -177,7 +189,7 @@ export function nodeRedisPort (kind: ClientKind, client: AnyNodeRedis): ClientPo
       }
     },
     isServerError: (error) => SERVER_ERRORS.has((error as { constructor?: { name?: string } } | null)?.constructor?.name ?? ''),
-    masters: async () => await mastersOf(kind, client, send),
+    masters: async () => await mastersOf(target, send),
     del: async (keys) => await send(pre + keys[0], ['DEL', ...keys.map((key) => pre + key)], PLAIN),
     // Sent in one turn, so written together; TIME routed by the hash's key on a Cluster.
     timedHash: async (key) => {

@@ -60,3 +60,26 @@ test('CONTRIBUTING.md names every folder of lib/', async (t) => {
   t.ok(folders.length >= 5, folders.join(', '))
   for (const folder of folders) t.match(contributing, `| \`lib/${folder}/\` |`, `lib/${folder}/ has a row`)
 })
+
+test("CONTRIBUTING.md's request lifecycle names functions that exist in the files it names", async (t) => {
+  const text = read('CONTRIBUTING.md')
+  const section = text.split('### Request lifecycle')[1]?.split('```')[1] ?? ''
+  let frames = 0
+  for (const line of section.split('\n')) {
+    // `names (prose) .... files`; a file without a folder is in the folder of the one before it
+    const match = /^[\s│├└─]*(.+?)\s*(?:\.{2,}\s*)?((?:[a-z-]+\/)+[\w.-]+\.ts(?:, [\w/.-]+\.ts)*)$/.exec(line)
+    if (match === null) continue
+    let folder = ''
+    const sources = (match[2] as string).split(', ').map((path) => {
+      if (path.includes('/')) folder = path.slice(0, path.lastIndexOf('/') + 1)
+      return read(`lib/${path.includes('/') ? path : folder + path}`)
+    })
+    const names = (match[1] as string).replace(/\(.*?\)/g, '').split('─').map((name) => name.trim()).filter(Boolean)
+    for (const name of names) {
+      const own = (name.split('.').pop() as string).replace(/^#/, '')
+      t.ok(sources.some((source) => new RegExp(`\\b${own}\\b`).test(source)), `${name} is in ${match[2] as string}`)
+      frames++
+    }
+  }
+  t.ok(frames >= 25, `${frames} frames checked`)
+})

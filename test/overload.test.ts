@@ -107,7 +107,9 @@ test('Redis hung (SIGSTOP) during a flood: every decision ends within the timeou
   t.equal(hung.statuses.filter((code) => code === 200).length, 1000, 'hung, fail-open: every request admitted (degraded)')
   t.equal(hung.statuses.filter((code) => code === 503).length, 1000, 'hung, fail-closed: every request answered 503')
   t.equal(app.rateLimit.stats().degraded, 2000)
-  // A margin for a loaded 2-core CI machine; the figures are printed.
-  t.ok(hung.worstMs <= healthy.worstMs + TIMEOUT + 150, `worst decision ${hung.worstMs.toFixed(1)} ms hung vs ${healthy.worstMs.toFixed(1)} ms healthy (timeout ${TIMEOUT} ms)`)
+  // Redis stays paused, so a decision that waited on it would never end (the counts above hold
+  // that); this bound shows each ended by its timeout. The margin is for a loaded 2-core CI
+  // machine, whose event-loop lag the healthy flood does not always meet (150 ms flaked there).
+  t.ok(hung.worstMs <= healthy.worstMs + TIMEOUT + 500, `worst decision ${hung.worstMs.toFixed(1)} ms hung vs ${healthy.worstMs.toFixed(1)} ms healthy (timeout ${TIMEOUT} ms)`)
   t.comment(`figures ${JSON.stringify({ fault: 'hung during flood', decisions: 2000, worstHungMs: Math.round(hung.worstMs), worstHealthyMs: Math.round(healthy.worstMs) })}`)
 })

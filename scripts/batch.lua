@@ -8,7 +8,7 @@
 --             algorithm number, limit, windowMs, burst, shadow ('1' = decided
 --             and recorded, never blocks), penalty ('' or
 --             'after:forMs:backoff:maxMs')), period ('' or a calendar
---             period's boundaries 'b0:b1:b2:b3', see lib/store/periods.ts: the
+--             period's boundaries 'b0:b1:b2:b3', see lib/kinds/period/calendar.ts: the
 --             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now)
 --   then per decision, in order, either
 --     s                (s > 0) one block of spec s, charged 1, no penalty: the

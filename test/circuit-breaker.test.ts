@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis'
 import { CHANNELS, type StoreErrorMessage } from '../lib/index.js'
 import { buildApp, TestClock, listenChannel } from './helpers/app.js'
 import { adminClient, pluginClient, startServer, type ManagedServer } from './helpers/topologies.js'
-import { PERIOD_CLOCK } from '../lib/store/periods.js'
+import { PERIOD_CLOCK } from '../lib/kinds/period/calendar.js'
 import { HOST_CLOCK } from '../lib/options/index.js'
 
 const COOLDOWN = 250

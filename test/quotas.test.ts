@@ -10,7 +10,7 @@ import { test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { buildApp, setupRedisApp, setupStoreApp, TestClock } from './helpers/app.js'
 import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix, windowTag } from './helpers/redis.js'
-import { PERIOD_CLOCK } from '../lib/store/periods.js'
+import { PERIOD_CLOCK } from '../lib/kinds/period/calendar.js'
 import type { RateLimitBlock } from '../lib/index.js'
 
 const ok = async (): Promise<string> => 'ok'

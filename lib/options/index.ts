@@ -9,7 +9,7 @@ import { DEFAULTS } from './defaults.js'
 import { OPTION_NAMES, unknownNameMessage } from '../policy/field-names.js'
 import type { IdentityFunction } from '../keys/identity.js'
 import { MAX_PREFIX_LENGTH } from '../keys/layout.js'
-import { PERIOD_CLOCK } from '../store/periods.js'
+import { PERIOD_CLOCK } from '../kinds/period/calendar.js'
 import type {
   FailurePolicy,
   HeaderFormat,

@@ -1,5 +1,5 @@
 import { DAY_MS } from '../store/algorithms.js'
-import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../store/periods.js'
+import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../kinds/period/calendar.js'
 import type { Fail } from './block-fields.js'
 import { choiceMessage, isCount, isOneOf, shown } from '../util/validate.js'
 import { item } from '../util/item.js'

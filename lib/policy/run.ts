@@ -1,7 +1,7 @@
 import type { RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun, Penalty } from '../store/port.js'
 import { specText } from '../store/redis/protocol.js'
-import type { CalendarPeriod } from '../store/periods.js'
+import type { CalendarPeriod } from '../kinds/period/calendar.js'
 
 /** What every run of one block shares: fixed at compile time, whatever the limit. */
 export interface RunSpec {

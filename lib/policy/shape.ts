@@ -1,6 +1,6 @@
 import { ALGORITHMS, DEFAULT_LEASE_MS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
-import type { CalendarPeriod } from '../store/periods.js'
+import type { CalendarPeriod } from '../kinds/period/calendar.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'
 import { parseWindow } from './duration.js'
 import { NOMINAL_PERIOD_MS, readKind, readPeriod, type BlockKind } from './period.js'

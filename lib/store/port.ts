@@ -1,5 +1,5 @@
 import type { BlockParams, RawDecision, RunAlgorithm } from './algorithms.js'
-import type { PeriodBoundaries } from './periods.js'
+import type { PeriodBoundaries } from '../kinds/period/calendar.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.

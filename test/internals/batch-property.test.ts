@@ -21,7 +21,7 @@ import fc from 'fast-check'
 import { ALGORITHMS, type RawDecision } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
 import type { Adjustment, BlockRun, DecideMode } from '../../lib/store/port.js'
-import type { Boundaries, PeriodBoundaries } from '../../lib/store/periods.js'
+import type { Boundaries, PeriodBoundaries } from '../../lib/kinds/period/calendar.js'
 import { setupModelStore, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)

@@ -1,10 +1,10 @@
 /**
- * Calendar-period boundaries as Node computes them (lib/store/periods.ts):
+ * Calendar-period boundaries as Node computes them (lib/kinds/period/calendar.ts):
  * the previous, current and next periods around its clock, from Intl, cached
  * until the clock leaves the current period.
  */
 import { test } from 'tap'
-import { CalendarPeriod, periodAt, zoneFormat, type CalendarSpec } from '../../lib/store/periods.js'
+import { CalendarPeriod, periodAt, zoneFormat, type CalendarSpec } from '../../lib/kinds/period/calendar.js'
 
 const iso = (ms: number): string => new Date(ms).toISOString()
 

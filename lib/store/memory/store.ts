@@ -1,5 +1,5 @@
 import type { BlockParams, RawDecision } from '../algorithms.js'
-import { periodAt } from '../periods.js'
+import { periodAt } from '../../kinds/period/calendar.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
 import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'

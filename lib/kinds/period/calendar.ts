@@ -1,4 +1,4 @@
-import { item } from '../util/item.js'
+import { item } from '../../util/item.js'
 /*
  * Calendar periods (`period: 'day' | 'week' | 'month' | 'year'` in a time
  * zone). Redis Lua has no date library, so Node computes the boundaries with

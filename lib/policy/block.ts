@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ALGORITHMS, CONCURRENCY_NUMBER, DEFAULT_LEASE_MS, type RunAlgorithm } from '../store/algorithms.js'
+import { ALGORITHMS, CONCURRENCY_NUMBER, type RunAlgorithm } from '../store/algorithms.js'
+import { DEFAULT_LEASE_MS } from '../kinds/concurrency/lease.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod, keySuffix } from '../keys/layout.js'

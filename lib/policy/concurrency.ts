@@ -1,4 +1,4 @@
-import { MAX_CONCURRENCY } from '../store/algorithms.js'
+import { MAX_CONCURRENCY } from '../kinds/concurrency/lease.js'
 import { readCounts, type Fail } from './block-fields.js'
 import type { Shape } from './shape.js'
 

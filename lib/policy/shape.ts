@@ -1,4 +1,5 @@
-import { ALGORITHMS, DEFAULT_LEASE_MS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
+import { DEFAULT_LEASE_MS } from '../kinds/concurrency/lease.js'
+import { ALGORITHMS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
 import type { CalendarPeriod } from '../kinds/period/calendar.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'

@@ -14,14 +14,6 @@ export type AlgorithmName = typeof ALGORITHMS[number]
  */
 export type RunAlgorithm = AlgorithmName | 'concurrency'
 export const CONCURRENCY_NUMBER = ALGORITHMS.length + 1
-/** Slots per identity, at most: one sorted-set member each (listpack up to 128). */
-export const MAX_CONCURRENCY = 10_000
-/** The lease of a slot: default, and the bounds of the `lease` option. */
-export const DEFAULT_LEASE_MS = 60_000
-export const MIN_LEASE_MS = 1000
-export const MAX_LEASE_MS = 86_400_000
-/** A refused slot's retry delay: a slot may free at any moment (Retry-After: 1). */
-export const SLOT_RETRY_MS = 1000
 
 /** Upper bounds that keep every intermediate value an exact integer below 2^53. */
 export const MAX_LIMIT = 100_000_000

@@ -4,7 +4,7 @@ import { DEFAULTS } from '../../lib/options/defaults.js'
 import { resolveOptions } from '../../lib/options/index.js'
 import { OPTION_NAMES } from '../../lib/policy/field-names.js'
 import { parseWindow } from '../../lib/policy/duration.js'
-import { DEFAULT_LEASE_MS } from '../../lib/store/algorithms.js'
+import { DEFAULT_LEASE_MS } from '../../lib/kinds/concurrency/lease.js'
 
 /*
  * One defaults table (lib/options/defaults.ts): the "default" column of

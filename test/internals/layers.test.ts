@@ -81,6 +81,7 @@ const TYPES_ALSO: Record<string, readonly string[]> = {
   options: ['types', 'decide'],
   types: ['store'],
   runtime: ['policy', 'request', 'options'],
+  kinds: ['store'],
   fastify: ['types']
 }
 

@@ -1,6 +1,6 @@
 /**
  * Property test of concurrency slots (scripts/concurrency.lua in the batch
- * script) against the memory store's twin (lib/store/memory/slots.ts):
+ * script) against the memory store's twin (lib/kinds/concurrency/memory-step.ts):
  * random steps of takes, peeks, releases and renewals of a few slot ids on
  * two identities, a concurrency block alone or beside a rate block (all-or-
  * nothing), sent several per event-loop turn (releases and renewals in one

@@ -3,7 +3,7 @@ import { periodAt } from '../../kinds/period/calendar.js'
 import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
 import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
-import { slotRelease, slotRenew, slotStep, type SlotState } from './slots.js'
+import { slotRelease, slotRenew, slotStep, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
 import { item } from '../../util/item.js'
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { ALGORITHMS, SLOT_RETRY_MS } from '../algorithms.js'
+import { ALGORITHMS } from '../algorithms.js'
+import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
 import { ADJUST_STRIDE, DECISION_STRIDE, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {

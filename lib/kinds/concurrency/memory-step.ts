@@ -1,5 +1,6 @@
-import { SLOT_RETRY_MS, type BlockParams, type RawDecision } from '../algorithms.js'
-import type { MemoryStep } from './algorithms.js'
+import type { BlockParams, RawDecision } from '../../store/algorithms.js'
+import type { MemoryStep } from '../../store/memory/algorithms.js'
+import { SLOT_RETRY_MS } from './lease.js'
 
 /*
  * Concurrency slots in one process, step for step as scripts/concurrency.lua:

@@ -66,6 +66,8 @@ export interface DecisionOrigin {
 
 /** The result of one decision, for the hook (headers, reply) and the API. */
 export interface Evaluation {
+  /** What was decided: the policy and the request's lanes (runs, keys, costs); a local decision's own runs. */
+  input: DecisionInput
   decision: RateLimitDecision
   /** Per block, undefined where unknown (a deny-cache answer) or on a store failure. */
   decisions: ReadonlyArray<RawDecision | undefined>

@@ -114,9 +114,9 @@ export type ResetOf = (decision: RawDecision, header: RunHeader, evaluation: Eva
  * closest to reaching its limit"), nothing when that block is a shadow one or
  * was not decided.
  */
-export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void {
-  return (reply, input, evaluation) => {
-    const { binding } = evaluation
+export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, evaluation: Evaluation) => void {
+  return (reply, evaluation) => {
+    const { binding, input } = evaluation
     const run = input.runs[binding]
     const decision = evaluation.decisions[binding]
     const block = input.policy.blocks[binding]

@@ -102,7 +102,7 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
     if (!evaluation.rejected) return undefined
     return refuse(ctx, request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
   }
-  runtime.writeHeaders(reply, input, evaluation)
+  runtime.writeHeaders(reply, evaluation)
   if (!evaluation.rejected) return undefined
   return refuse(ctx, request, reply, evaluation, 429)
 }

@@ -3,7 +3,7 @@ import type { BlockRun } from '../../store/port.js'
 import { hashValue } from '../../util/hash.js'
 import { LONG_HOLD_MS, type BlockKind } from '../contract.js'
 import { memoryAlgorithms } from '../window/memory/algorithms.js'
-import { rateTerms, unitsChange } from '../window/kind.js'
+import { rateTerms, unitsBy } from '../window/kind.js'
 import { periodAt, type PeriodBoundaries } from './calendar.js'
 
 /*
@@ -52,7 +52,7 @@ export const periodKind: BlockKind = {
   headerTerms: (run) => rateTerms(run.algorithm, run.params.limit, run.params.burst, boundariesOf(run).lengthMs()),
   headerEpoch: (run) => boundariesOf(run).bounds()[1],
   memoryStep: (state, run, arg, now) => fixedWindow.step(state, paramsAt(run, now), Number(arg), now),
-  memoryUnits: (state, run, units, now, chargedAt) => unitsChange(fixedWindow, state, paramsAt(run, now), units, now, chargedAt),
+  memoryUnits: unitsBy(() => fixedWindow, paramsAt),
   summarize: (row, period) => {
     if (period === undefined) return
     // The current period's length when read: copySummaries copies it as a value.

@@ -36,10 +36,13 @@ export function algorithmOf (algorithm: RunAlgorithm): MemoryAlgorithm {
   return memoryAlgorithms[nameOf(algorithm)]
 }
 
-/** A units change by the run's algorithm: give back (`units` < 0) or charge (> 0), as batch.lua's adjustOne. */
-export function unitsChange (algorithm: MemoryAlgorithm, state: unknown, params: BlockRun['params'], units: number, now: number, chargedAt: number): MemoryChange {
-  if (units < 0) return algorithm.refund?.(state, params, -units, now, chargedAt)
-  return units > 0 ? algorithm.charge?.(state, params, units, now) : undefined
+/** A kind's units change by its runs' algorithm at their numbers now: give back (`units` < 0) or charge (> 0), as batch.lua's adjustOne. */
+export function unitsBy (algorithmOf: (run: BlockRun) => MemoryAlgorithm, paramsAt: BlockKind['paramsAt']): BlockKind['memoryUnits'] {
+  return (state, run, units, now, chargedAt): MemoryChange => {
+    const algorithm = algorithmOf(run)
+    if (units < 0) return algorithm.refund?.(state, paramsAt(run, now), -units, now, chargedAt)
+    return units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now) : undefined
+  }
 }
 
 export function isBursty (algorithm: RunAlgorithm): boolean {
@@ -78,5 +81,5 @@ export const windowKind: BlockKind = {
   denyHold: (run, now, until) => run.params.windowMs > DAY_MS ? Math.min(until, now + LONG_HOLD_MS) : until,
   headerTerms: (run) => rateTerms(run.algorithm, run.params.limit, run.params.burst, run.params.windowMs),
   memoryStep: (state, run, arg, now) => algorithmOf(run.algorithm).step(state, run.params, Number(arg), now),
-  memoryUnits: (state, run, units, now, chargedAt) => unitsChange(algorithmOf(run.algorithm), state, run.params, units, now, chargedAt)
+  memoryUnits: unitsBy((run) => algorithmOf(run.algorithm), (run) => run.params)
 }

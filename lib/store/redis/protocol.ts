@@ -3,6 +3,7 @@ import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
 import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 import { item } from '../../util/item.js'
 import { isInteger } from '../../util/validate.js'
+import { SpecTable, specOf } from './specs.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -27,7 +28,7 @@ export const SCRIPT_MODE = {
   peek: '1'
 } as const
 
-/** Values per block spec in a batch: its text (specText), its period ('' or the boundaries). */
+/** Values per block spec in a batch (specs.ts): its text, its kind's tail (a period's boundaries, else ''). */
 export const SPEC_STRIDE = 2
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
@@ -96,47 +97,6 @@ export function decideCall (request: StoreRequest, mode: DecideMode, resolve: Se
 /** Store.adjust's entries, in one call (every key in one slot), with what it answers to. */
 export function adjustCall (entries: readonly Adjustment[], resolve: Settlement['resolve'], reject: Settlement['reject']): AdjustCall & Settlement {
   return { kind: 'adjust', entries, keys: entries.map((entry) => entry.key), idempotent: onlySlots(entries), resolve, reject }
-}
-
-/**
- * A block as the scripts read it (scripts/spec.lua), one argument parsed once
- * per library load: 'algorithm|limit|windowMs|burst|shadow|penalty'. Built
- * at a run's first call and kept with it (specOf), not per request.
- */
-export function specText (algorithmNumber: number, params: BlockRun['params'], shadow: boolean, penalty: BlockRun['penalty']): string {
-  return `${algorithmNumber}|${params.limit}|${params.windowMs}|${params.burst}|${shadow ? '1' : ''}|${penalty?.arg ?? ''}`
-}
-
-/** Each run's spec text, built at its first call (a run lives as long as its policy, or one request). */
-const specTexts = new WeakMap<BlockRun, string>()
-
-function specOf (run: BlockRun): string {
-  let text = specTexts.get(run)
-  if (text === undefined) {
-    text = specText(run.algorithmNumber, run.params, run.shadow, run.penalty)
-    specTexts.set(run, text)
-  }
-  return text
-}
-
-/** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values (text, period) appended once. */
-class SpecTable {
-  readonly values: Array<string | number> = []
-  readonly #index = new Map<BlockRun, number>()
-
-  get size (): number {
-    return this.#index.size
-  }
-
-  of (run: BlockRun): number {
-    let index = this.#index.get(run)
-    if (index === undefined) {
-      index = this.#index.size + 1
-      this.#index.set(run, index)
-      this.values.push(specOf(run), run.kind.specTail(run))
-    }
-    return index
-  }
 }
 
 /**

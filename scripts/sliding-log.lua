@@ -99,6 +99,11 @@ return function (key, limit, w, _, cost, now, mode)
   if cost <= limit and count + cost <= limit then
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty);
     -- expiryOf(key, 1) and, for one unit, addUnits inline (docs/performance.md, round 7)
+    --@inline expiryOf addUnits: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
+    --| local nextMs = w
+    --| if count > 0 then nextMs = expiryOf(key, 1, w, now) end
+    --| if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
+    --| local added = addUnits(key, nowStr, count, cost)
     local nextMs = w
     if count > 0 then nextMs = addedAt(key, call('ZRANGE', key, '0', '0')[1]) + w - now end
     if mode == 1 then return 1, limit - count - cost, w, 0, nextMs end
@@ -114,6 +119,7 @@ return function (key, limit, w, _, cost, now, mode)
     else
       added = addUnits(key, nowStr, count, cost)
     end
+    --@end
     if added < cost then
       -- only after the clock went backwards: renumber the missing units above the largest seq at this score
       addUnits(key, nowStr, topSeq(key, nowStr), cost - added)

@@ -86,6 +86,11 @@ return function (key, limit, w, burst, cost, now, mode)
   end
 
   -- admitted: resetMs and nextMs inline (docs/performance.md, round 7); tokens >= 0 here
+  --@inline whole resetMs nextMs: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
+  --| tokens = tokens - need
+  --| local reset = resetMs(tokens, cap, limit, lag)
+  --| if mode == 0 then call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', reset)) end
+  --| return 1, whole(tokens, w), reset, 0, nextMs(tokens, cap, limit, w, lag)
   tokens = tokens - need
   local left = floor(tokens / w)
   local reset, nextUnit = 0, 0
@@ -95,4 +100,5 @@ return function (key, limit, w, burst, cost, now, mode)
   end
   if mode == 0 then call('SET', key, packNumbers('<dd', tokens, base), 'PX', format('%d', reset)) end
   return 1, left, reset, 0, nextUnit
+  --@end
 end

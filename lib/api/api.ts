@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
-import { holdSlots, newSlotId } from '../decide/slots.js'
+import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
+import { tableCells } from '../kinds/index.js'
 import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
@@ -93,8 +94,8 @@ async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, ide
   const entries: Adjustment[] = []
   const names: string[] = []
   policy.blocks.forEach((block, i) => {
-    // A concurrency block counts requests in flight, not units: acquire() and release() change it.
-    if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.algorithm === 'concurrency') return
+    // A block that holds slots counts requests in flight, not units: acquire() and release() change it.
+    if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.kind.holdsSlot) return
     // No charge time: a change made now, to the current window.
     entries.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units })
     names.push(block.name)
@@ -178,7 +179,7 @@ async function acquireSlot (
   identity: RateLimitIdentity,
   { runtime, log, overrides }: ApiParts
 ): Promise<RateLimitSlot> {
-  if (!policy.concurrency) {
+  if (!policy.holdsSlots) {
     throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
   }
   const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
@@ -258,10 +259,8 @@ export function policyTable (summaries: PolicySummary[]): string[] {
     }
     for (const block of summary.limits) {
       const limit = block.tiers === undefined ? String(block.limit) : Object.entries(block.tiers).map(([tier, values]) => `${tier}=${values.limit}`).join(' ')
-      // A concurrency block's window is its slots' lease; it has no burst.
-      const slots = block.algorithm === 'concurrency'
-      const span = block.period === undefined ? `${slots ? 'lease ' : ''}${block.windowMs}ms` : `${block.period} (${block.timeZone ?? 'UTC'})`
-      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, span, slots ? '' : String(block.burst), block.by.join(', '), block.mode, block.onRedisError])
+      const cells = tableCells(block)
+      rows.push([route, block.name + (block.global ? ' (global)' : ''), block.algorithm, limit, cells.window, cells.burst, block.by.join(', '), block.mode, block.onRedisError])
     }
   }
   const widths = item(rows, 0).map((_, column) => Math.max(...rows.map((row) => item(row, column).length)))

@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { Charge } from './decision-math.js'
 import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
-import type { SlotKeeper } from './slots.js'
+import type { SlotKeeper } from '../kinds/concurrency/decide.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { MemoryStore } from '../store/memory/store.js'
@@ -52,7 +52,7 @@ export interface DecisionInput {
   runs: readonly BlockRun[]
   keys: readonly string[]
   costs: readonly number[]
-  /** This request's slot id, when some block is a concurrency block (see slots.ts newSlotId). */
+  /** This request's slot id, when some block is a concurrency block (see kinds/concurrency/decide.ts newSlotId). */
   slot?: string
 }
 
@@ -66,6 +66,8 @@ export interface DecisionOrigin {
 
 /** The result of one decision, for the hook (headers, reply) and the API. */
 export interface Evaluation {
+  /** What was decided: the policy and the request's lanes (runs, keys, costs); a local decision's own runs. */
+  input: DecisionInput
   decision: RateLimitDecision
   /** Per block, undefined where unknown (a deny-cache answer) or on a store failure. */
   decisions: ReadonlyArray<RawDecision | undefined>

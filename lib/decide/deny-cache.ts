@@ -13,25 +13,17 @@ import { LruMap } from '../util/lru-map.js'
  * - Bounded: an LruMap; the least recently used entry goes first.
  * - Per instance: reset() (the API) clears it here; other instances' entries
  *   run out by themselves, at most retryAfterMs later.
- * - Short for quotas: a block over a window longer than a day or a calendar
- *   period keeps an entry at most LONG_HOLD_MS (it still answers with the real
- *   retry time), so units given back elsewhere are seen within about a second,
- *   not weeks later.
+ * - Short for quotas: the run's kind bounds an entry's life (BlockKind.denyHold):
+ *   a window longer than a day or a calendar period keeps it at most a second
+ *   (it still answers with the real retry time), so units given back
+ *   elsewhere are seen within about a second, not weeks later; a concurrency
+ *   refusal is never kept.
  */
-
-/** How long an entry of a long-window or calendar-period block is kept. */
-export const LONG_HOLD_MS = 1000
-const DAY_MS = 86_400_000
-
-/** Until when an entry for `run` is kept, refusing until `until`: `until`, or about a second for quotas. */
-export function holdUntil (run: { params: { windowMs: number }, period?: unknown }, now: number, until: number): number {
-  return run.period !== undefined || run.params.windowMs > DAY_MS ? Math.min(until, now + LONG_HOLD_MS) : until
-}
 
 export interface DenyEntry {
   /** Local ms (the plugin clock) until which the key is refused: the retry time answered. */
   until: number
-  /** Local ms until which the entry is kept (holdUntil): `until`, or sooner for quotas. */
+  /** Local ms until which the entry is kept (the run's kind.denyHold): `until`, or sooner for quotas. */
   expiresAt: number
   /** Cost of the rejected request: cheaper requests are not answered from here. */
   cost: number

@@ -3,12 +3,11 @@ import type { RawDecision } from '../store/algorithms.js'
 import { combine } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
 import { degraded, reportFailure } from './degraded.js'
-import { holdUntil, type DenyCache } from './deny-cache.js'
+import type { DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
-import { isSlotRun } from '../store/port.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
@@ -31,7 +30,7 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
     const run = runs[i]
     const key = keys[i]
     const cost = costs[i]
-    if (run === undefined || run.shadow || key === undefined || cost === undefined || isSlotRun(run)) continue
+    if (run === undefined || run.shadow || key === undefined || cost === undefined) continue
     const entry = denyCache.get(key, cost, now, run)
     if (entry === undefined) continue
     cached ??= new Array<RawDecision | undefined>(runs.length)
@@ -50,12 +49,13 @@ function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions
     const key = keys[i]
     const cost = costs[i]
     if (run === undefined || run.shadow || decision === undefined || decision.allowed || key === undefined || cost === undefined) continue
-    // A slot may free at any moment: a concurrency refusal is never cached.
-    if (isSlotRun(run)) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
     const until = now + decision.retryAfterMs
-    denyCache.set(key, { until, expiresAt: holdUntil(run, now, until), cost, remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
+    // The kind bounds the hold: a quota's about a second, a slot's none (it may free at any moment).
+    const expiresAt = run.kind.denyHold(run, now, until)
+    if (expiresAt === undefined) continue
+    denyCache.set(key, { until, expiresAt, cost, remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
   }
 }
 

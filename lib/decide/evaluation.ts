@@ -45,6 +45,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
   const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
   const run = runs[binding]
   return {
+    input,
     decision: {
       allowed: !rejected,
       limit: run?.params.limit ?? 0,

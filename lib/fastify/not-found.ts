@@ -31,7 +31,7 @@ export function limitNotFound ({ fastify, declared, context, globals, listing, r
   const { method, url } = NOT_FOUND_ROUTE
   const policy = compilePolicy(named, { method, url, source: 'declared' }, context, globals)
   // A 404 is answered at once: a slot would hold nothing, and its release would need a route.
-  const slots = policy.blocks.find((block) => block.algorithm === 'concurrency' && !block.global)
+  const slots = policy.blocks.find((block) => block.kind.holdsSlot && !block.global)
   if (slots !== undefined) {
     throw new FST_RRL_INVALID_OPTION('notFound', `has a concurrency block (${JSON.stringify(slots.name)}): limit not-found requests by rate (limit and window)`)
   }

@@ -1,6 +1,8 @@
-import { createHmac, hash } from 'node:crypto'
-import type { AlgorithmName, RunAlgorithm } from '../store/algorithms.js'
+import { createHmac } from 'node:crypto'
+import { HASH_CHARS, hashValue } from '../util/hash.js'
 import { item } from '../util/item.js'
+
+export { hashValue }
 
 /*
  * The whole key layout, and the one place keys are assembled. Every key of
@@ -11,7 +13,7 @@ import { item } from '../util/item.js'
  *   - with globalLimits, global block: <prefix>:{<identity>}:*:<suffix>        (route-independent)
  *
  * <suffix> is the algorithm's two letters and the window in ms (`SW60000`;
- * compact forms for longer windows and calendar periods: keySuffix), or `cc`
+ * compact forms for longer windows and calendar periods: each kind's keySuffix, lib/kinds/), or `cc`
  * for a concurrency block's slots, plus `.<index>` for a same-suffix sibling. Limits and tiers are not part of
  * a key, so a new limit or tier keeps the count. Blocks with different `by`
  * cannot share a tag (a startup error with a Cluster client only).
@@ -34,12 +36,6 @@ export const MAX_KEY_BYTES = 128
 export const MAX_PREFIX_LENGTH = 20
 const MAX_ROUTE_LENGTH = 44
 export const MAX_IDENTITY_LENGTH = 44
-const HASH_CHARS = 22 // 132 bits of SHA-256, base64url
-
-/** SHA-256 by Node's one-shot `crypto.hash`: no Hash object per request (about half of createHash's time, benchmarks/identity-hash.ts). */
-export function hashValue (value: string): string {
-  return hash('sha256', value, 'base64url').slice(0, HASH_CHARS)
-}
 
 /** Minimum `hashSecret` length: 128 bits. */
 export const MIN_SECRET_BYTES = 16
@@ -107,44 +103,6 @@ export function keyMethod (method: string | string[]): string {
   if (Array.isArray(method)) return [...new Set(method.map(keyMethod))].sort().join(',')
   const upper = method.toUpperCase()
   return upper === 'HEAD' ? 'GET' : upper
-}
-
-/**
- * Uppercase: state format 2 (numbers packed as doubles, scripts/prelude.lua),
- * or fixed-window's format 3 (`FC`: one integer counter, scripts/fixed-window.lua).
- * The decimal format lived under the lowercase codes, format 2 of fixed-window
- * under `FW`; a new format takes a new suffix, so old and new instances never
- * read each other's state in a deploy.
- */
-const SUFFIX: Record<AlgorithmName, string> = {
-  'fixed-window': 'FC',
-  'sliding-window': 'SW',
-  'sliding-log': 'sl',
-  'token-bucket': 'TB',
-  gcra: 'GC'
-}
-
-/** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
-const DECIMAL_SUFFIX_MAX_MS = 86_400_000
-
-/**
- * A block's key suffix before sibling disambiguation, at most 10 characters
- * (the 128-byte bound is met exactly at `SW86400000`):
- * - a window up to a day: `SW60000` (the algorithm, the window in ms);
- * - a longer window: `SW~` + the ms in base 36 (`SW~eiz5s00` for 366 days;
- *   `~` never appears in the decimal form, so the two cannot meet);
- * - a concurrency block: `cc` (a sorted set of leased slots; the lease is not
- *   part of it, so a new lease keeps the slots in flight);
- * - a calendar period: `PC` + its unit's letter + 7 characters of SHA-256 over
- *   the time zone (as declared) and weekStart (`PCmX3k9aQ2`). The period's start is in the
- *   state (fixed-window's tag), so one key serves every period. Its format 2
- *   lived under `FP`.
- */
-export function keySuffix (algorithm: RunAlgorithm, windowMs: number, period?: { unit: string, timeZone: string, weekStart: number }): string {
-  if (algorithm === 'concurrency') return 'cc'
-  if (period !== undefined) return 'PC' + period.unit.charAt(0) + hashValue(`${period.timeZone}|${period.weekStart}`).slice(0, 7)
-  if (windowMs <= DECIMAL_SUFFIX_MAX_MS) return SUFFIX[algorithm] + windowMs
-  return `${SUFFIX[algorithm]}~${windowMs.toString(36)}`
 }
 
 /** Gives same-suffix siblings distinct keys: the second `SW60000` becomes `SW60000.1`. */

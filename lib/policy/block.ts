@@ -1,9 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ALGORITHMS, CONCURRENCY_NUMBER, type RunAlgorithm } from '../store/algorithms.js'
+import type { RunAlgorithm } from '../store/algorithms.js'
+import type { BlockKind } from '../kinds/contract.js'
+import { readShape } from '../kinds/policy.js'
 import { DEFAULT_LEASE_MS } from '../kinds/concurrency/lease.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
-import { keyMethod, keySuffix } from '../keys/layout.js'
+import { keyMethod } from '../keys/layout.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, RateLimitMode, SkipPredicate } from '../types/index.js'
 import {
@@ -17,7 +19,7 @@ import { choiceMessage, isCount, isOneOf, shown } from '../util/validate.js'
 import { defaultName, describeBy, readPenalty, routeHasParam, type Fail } from './block-fields.js'
 import { BLOCK_FIELDS, unknownNameMessage } from './field-names.js'
 import { runAtLimit, type RunSpec } from './run.js'
-import { burstOf, isTiered, limitOf, readShape, tierRuns, type Shape } from './shape.js'
+import { burstOf, isTiered, limitOf, tierRuns, type Shape } from './shape.js'
 import { readSettle, type SettleFunction } from './settle-field.js'
 
 export { FALLBACK_TIER } from './block-fields.js'
@@ -48,7 +50,9 @@ export interface BlockPosition { index: number, of: number, global: boolean }
 
 export interface CompiledBlock {
   name: string
-  /** 'concurrency' for a concurrency block (policy/concurrency.ts). */
+  /** What the block counts over (lib/kinds/): every run of it has this kind. */
+  kind: BlockKind
+  /** 'concurrency' for a concurrency block (kinds/concurrency/). */
   algorithm: RunAlgorithm
   /** The run for the fallback tier (or the only one). */
   base: BlockRun
@@ -249,11 +253,12 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
   const { settle, maxLimit } = readSettle(input, shape, method === 'API', fail)
   const localLimit = readLocalLimit(input, maxLimit, fail)
   const requestSide = readRequestSide(input, position, fail)
-  const { algorithm, bursty, windowMs } = shape
+  const { kind, algorithm, bursty, windowMs } = shape
   const runSpec: RunSpec = {
     algorithm,
-    algorithmNumber: algorithm === 'concurrency' ? CONCURRENCY_NUMBER : ALGORITHMS.indexOf(algorithm) + 1,
+    algorithmNumber: shape.algorithmNumber,
     windowMs,
+    kind,
     bursty,
     burstDeclared: shape.bursts !== undefined,
     shadow: choices.mode === 'shadow',
@@ -264,6 +269,7 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
   }
   return {
     name,
+    kind,
     algorithm,
     ...tierRuns(runSpec, shape),
     runSpec,
@@ -271,7 +277,7 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
     ...choices,
     ...predicates,
     ...requestSide,
-    suffix: keySuffix(algorithm, windowMs, shape.period?.spec),
+    suffix: kind.keySuffix(shape),
     identity,
     bySpec: input.by as RateLimitBlock['by'],
     by: describeBy(input.by as RateLimitBlock['by'], context.user !== undefined),

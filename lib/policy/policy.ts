@@ -42,10 +42,10 @@ export interface CompiledPolicy extends KeyLayout {
   requestLimits: boolean
   /** The `skip` predicates of the route's own blocks: any `true` lets a request through unlimited. */
   skips: readonly SkipPredicate[]
-  /** Some block acts when the request ends (refundOn, settle, a concurrency block's slot release): admitted requests are tracked (request/end-of-request.ts). */
+  /** Some block acts when the request ends (refundOn, settle, a held slot's release): admitted requests are tracked (request/end-of-request.ts). */
   endOfRequest: boolean
-  /** Some block is a concurrency block: each request gets a slot id, and holds its slots until the response closes. */
-  concurrency: boolean
+  /** Some block's kind holds a slot per request: each request gets a slot id, and holds its slots until the response closes. */
+  holdsSlots: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
   allShadow: boolean
   /** The identity kinds of every block (for logs and the decision channel): kinds, never values. */
@@ -210,8 +210,8 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
     stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
     requestLimits: blocks.some((block) => block.requestLimit !== undefined),
     skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
-    endOfRequest: blocks.some((block) => block.refundOn !== undefined || block.settle !== undefined || block.algorithm === 'concurrency'),
-    concurrency: blocks.some((block) => block.algorithm === 'concurrency'),
+    endOfRequest: blocks.some((block) => block.refundOn !== undefined || block.settle !== undefined || block.kind.holdsSlot),
+    holdsSlots: blocks.some((block) => block.kind.holdsSlot),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]
   }

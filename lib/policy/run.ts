@@ -1,7 +1,7 @@
 import type { RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun, Penalty } from '../store/port.js'
-import { specText } from '../store/redis/protocol.js'
 import type { CalendarPeriod } from '../kinds/period/calendar.js'
+import type { BlockKind } from '../kinds/contract.js'
 
 /** What every run of one block shares: fixed at compile time, whatever the limit. */
 export interface RunSpec {
@@ -10,6 +10,8 @@ export interface RunSpec {
   /** 1-based position in ALGORITHMS. */
   algorithmNumber: number
   windowMs: number
+  /** What the block counts over (lib/kinds/). */
+  kind: BlockKind
   /** token-bucket and gcra: the burst is a capacity of its own. */
   bursty: boolean
   /** The block declares `burst` (so a requestLimit result keeps it). */
@@ -42,21 +44,20 @@ function localShare (spec: RunSpec, limit: number, burst: number): BlockRun['loc
   return { limit: share, windowMs, burst: Math.max(1, Math.floor(burst * share / limit)) }
 }
 
-/** The one builder of a BlockRun: its spec text for the scripts and the local share (header strings are reply/'s). */
+/** The one builder of a BlockRun: its numbers and the local share (spec text is the Redis store's, header strings reply/'s). */
 export function buildRun (spec: RunSpec, tier: string | undefined, limit: number, burst: number): BlockRun {
   const { algorithm, windowMs } = spec
-  const run: BlockRun = {
+  return {
     algorithm,
     algorithmNumber: spec.algorithmNumber,
     params: { limit, windowMs, burst },
-    specText: specText(spec.algorithmNumber, { limit, windowMs, burst }, spec.shadow, spec.penalty),
+    kind: spec.kind,
     shadow: spec.shadow,
     tier,
     penalty: spec.penalty,
-    local: localShare(spec, limit, burst)
+    local: localShare(spec, limit, burst),
+    period: spec.period
   }
-  if (spec.period !== undefined) run.period = spec.period
-  return run
 }
 
 /** `run` at another limit (a requestLimit result or an override): the burst by `rule`, the local share recomputed. */

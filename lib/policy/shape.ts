@@ -1,17 +1,18 @@
-import { DEFAULT_LEASE_MS } from '../kinds/concurrency/lease.js'
-import { ALGORITHMS, MAX_LIMIT, MAX_WINDOW_MS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
+import { ALGORITHMS, MAX_LIMIT, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
 import type { BlockRun } from '../store/port.js'
 import type { CalendarPeriod } from '../kinds/period/calendar.js'
+import type { BlockKind } from '../kinds/contract.js'
+import { isBursty } from '../kinds/window/kind.js'
 import { FALLBACK_TIER, readCounts, type Counts, type Fail } from './block-fields.js'
-import { parseWindow } from './duration.js'
-import { NOMINAL_PERIOD_MS, readKind, readPeriod, type BlockKind } from './period.js'
 import { buildRun, type RunSpec } from './run.js'
-import { concurrencyShape } from './concurrency.js'
 
 /** The numbers of a block: algorithm, window, and its limit and burst per tier. */
 export interface Shape {
+  kind: BlockKind
   /** 'concurrency' for a concurrency block (its window is the slots' lease). */
   algorithm: RunAlgorithm
+  /** The scripts' algorithm number: 1-based in ALGORITHMS, CONCURRENCY_NUMBER for slots. */
+  algorithmNumber: number
   /** token-bucket and gcra: `burst` is a capacity of its own. */
   bursty: boolean
   maxLimit: number
@@ -32,26 +33,13 @@ function maxLimitText (algorithm: AlgorithmName, windowMs: number, maxLimit: num
   return `${maxLimit}, the largest for a ${windowMs} ms window (${algorithm} needs max(limit, burst) × window below 2^53)`
 }
 
-/** The algorithm, window (or period) of a block. */
-function readCounting (input: Record<string, unknown>, kind: BlockKind, fail: Fail, periodNow: () => number): { algorithm: AlgorithmName, windowMs: number, period: CalendarPeriod | undefined } {
-  if (kind === 'period') {
-    const period = readPeriod(input, fail, periodNow)
-    return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period }
-  }
-  const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
-  if (!ALGORITHMS.includes(algorithm)) {
-    fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
-  }
-  const windowMs = parseWindow(input.window, MAX_WINDOW_MS)
-  if (typeof windowMs === 'string') return fail('window', windowMs)
-  return { algorithm, windowMs, period: undefined }
-}
+/** What a rate block counts with: its algorithm and window (a period: fixed-window over the period's nominal length). */
+export interface Counting { algorithm: AlgorithmName, windowMs: number, period: CalendarPeriod | undefined }
 
-export function readShape (input: Record<string, unknown>, fail: Fail, periodNow: () => number = Date.now, leaseMs = DEFAULT_LEASE_MS): Shape {
-  const kind = readKind(input, fail)
-  if (kind === 'concurrency') return concurrencyShape(input, leaseMs, fail)
-  const { algorithm, windowMs, period } = readCounting(input, kind, fail, periodNow)
-  const bursty = algorithm === 'token-bucket' || algorithm === 'gcra'
+/** A rate block's shape (a window or a period): its limit and burst per tier, within the algorithm's bounds. */
+export function rateShape (kind: BlockKind, counting: Counting, input: Record<string, unknown>, fail: Fail): Shape {
+  const { algorithm, windowMs, period } = counting
+  const bursty = isBursty(algorithm)
   const maxLimit = maxLimitFor(algorithm, windowMs)
   const maxText = maxLimitText(algorithm, windowMs, maxLimit)
   const limits = readCounts(input.limit, 'limit', maxLimit, maxText, fail)
@@ -63,7 +51,8 @@ export function readShape (input: Record<string, unknown>, fail: Fail, periodNow
   const named = [...limits.map(([tier]) => tier), ...(bursts?.keys() ?? [])].filter((tier) => tier !== undefined)
   // Every tier named in either map gets a run; a tier missing from one map takes that map's fallback.
   const tierNames = named.length > 0 ? [...new Set([FALLBACK_TIER, ...named])] : [undefined]
-  return { algorithm, bursty, maxLimit, windowMs, period, limits, bursts, tierNames }
+  const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
+  return { kind, algorithm, algorithmNumber, bursty, maxLimit, windowMs, period, limits, bursts, tierNames }
 }
 
 export function isTiered (shape: Shape): boolean {

@@ -29,7 +29,6 @@ export interface Listing {
 
 function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSummary {
   const { params } = block.base
-  const { period } = block.runSpec
   const row: PolicyBlockSummary = {
     name: block.name,
     algorithm: block.algorithm,
@@ -47,11 +46,7 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
     refunds: block.refundOn !== undefined,
     settles: block.settle !== undefined
   }
-  if (period === undefined) return row
-  // The current period's length when read: copySummaries copies it as a value.
-  Object.defineProperty(row, 'windowMs', { get: () => period.lengthMs(), enumerable: true })
-  row.period = period.spec.unit
-  row.timeZone = period.spec.timeZone
+  block.kind.summarize?.(row, block.runSpec.period)
   return row
 }
 

@@ -38,41 +38,24 @@ export interface RunHeader {
   windowSeconds: number
   /** A concurrency block: slots, not units per window (no `w`). */
   slots: boolean
-  /** A calendar period's start these strings were rendered for (a new period renders again). */
+  /** The instant these strings were rendered for, when they change (a calendar period's start: a new period renders again). */
   periodStart?: number
 }
 
 /**
- * A block's quota as the headers state it: `q` units per `w` seconds. For
- * token-bucket and gcra the quota is the burst capacity and `w` the time to
- * refill it from empty (burst × window / limit), so `r` never exceeds `q` and
- * `t` (time until full) never exceeds `w`; otherwise `q` = limit, `w` = window.
+ * A block's quota as the headers state it: `q` units per `w` seconds, or a
+ * concurrency block's slots (`qu="concurrent-requests"`, no `w`); its kind
+ * gives the terms (BlockKind.headerTerms: for token-bucket and gcra `q` is the
+ * burst capacity and `w` the time to refill it from empty).
  */
 function renderRun (run: BlockRun, block: CompiledBlock): RunHeader {
-  if (run.algorithm === 'concurrency') return renderSlots(run, block)
-  const { limit, burst } = run.params
-  const windowMs = run.period?.lengthMs() ?? run.params.windowMs
-  const bursty = run.algorithm === 'token-bucket' || run.algorithm === 'gcra'
-  const quota = bursty ? burst : limit
-  const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
+  const { quota, windowSeconds, params, slots } = run.kind.headerTerms(run)
   const name = sfString(block.name)
   const tierParam = run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`
-  const header: RunHeader = { name, item: `${name};q=${quota};w=${windowSeconds}${tierParam}`, tierParam, quota, windowSeconds, slots: false }
-  if (run.period !== undefined) header.periodStart = run.period.bounds()[1]
+  const header: RunHeader = { name, item: `${name};q=${quota}${params}${tierParam}`, tierParam, quota, windowSeconds, slots }
+  const epoch = run.kind.headerEpoch?.(run)
+  if (epoch !== undefined) header.periodStart = epoch
   return header
-}
-
-/**
- * A concurrency block: `"name";q=N;qu="concurrent-requests"` (draft-10's
- * registered quota unit), no `w`: slots do not refill over time. `r` is the
- * free slots; no `t` (nextMs is 0: a slot frees when a request ends). The
- * single-valued formats' reset of a refusal is its Retry-After, 1 s.
- */
-function renderSlots (run: BlockRun, block: CompiledBlock): RunHeader {
-  const name = sfString(block.name)
-  const quota = run.params.limit
-  const tierParam = run.tier === undefined ? '' : `;frrl-tier=${sfString(run.tier)}`
-  return { name, item: `${name};q=${quota};qu="concurrent-requests"${tierParam}`, tierParam, quota, windowSeconds: 1, slots: true }
 }
 
 /** A run belongs to one block, so the run alone keys its strings. */
@@ -80,7 +63,7 @@ const runHeaders = new WeakMap<BlockRun, RunHeader>()
 
 export function runHeader (run: BlockRun, block: CompiledBlock): RunHeader {
   let header = runHeaders.get(run)
-  if (header === undefined || (run.period !== undefined && header.periodStart !== run.period.bounds()[1])) {
+  if (header === undefined || (header.periodStart !== undefined && header.periodStart !== run.kind.headerEpoch?.(run))) {
     header = renderRun(run, block)
     runHeaders.set(run, header)
   }
@@ -131,9 +114,9 @@ export type ResetOf = (decision: RawDecision, header: RunHeader, evaluation: Eva
  * closest to reaching its limit"), nothing when that block is a shadow one or
  * was not decided.
  */
-export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void {
-  return (reply, input, evaluation) => {
-    const { binding } = evaluation
+export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, evaluation: Evaluation) => void {
+  return (reply, evaluation) => {
+    const { binding, input } = evaluation
     const run = input.runs[binding]
     const decision = evaluation.decisions[binding]
     const block = input.policy.blocks[binding]
@@ -171,9 +154,9 @@ export function policyValues (member: PolicyMember): PolicyValue {
   }
   const fill = (policy: CompiledPolicy): void => {
     filled.add(policy)
-    // A list with a calendar period is joined per request: its `w` changes with the period.
+    // A list whose strings change (a calendar period's `w`) is joined per request.
     for (const list of [policy.runs, ...policy.tierRuns?.values() ?? []]) {
-      if (!list.some((run) => run.period !== undefined)) listValues.set(list, join(policy, list))
+      if (!list.some((run) => run.kind.headerEpoch !== undefined)) listValues.set(list, join(policy, list))
     }
   }
   return (input) => {

@@ -33,7 +33,7 @@ import {
  * undefined when block i was not decided (a local deny-cache answer knows only
  * the blocks it holds); `evaluation.binding` is the block the single-valued formats report.
  */
-export type HeaderWriter = (reply: FastifyReply, input: DecisionInput, evaluation: Evaluation) => void
+export type HeaderWriter = (reply: FastifyReply, evaluation: Evaluation) => void
 
 const ietfPolicy = policyValues((header) => header.item)
 
@@ -45,8 +45,8 @@ function nextParam (decision: RawDecision, retrySeconds: number | undefined): st
 }
 
 /** draft-10 `RateLimit`: every enforced block decided; on a refusal only the refusing ones. */
-function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
-  const { policy, runs, costs } = input
+function rateLimitValue (evaluation: Evaluation): string {
+  const { policy, runs, costs } = evaluation.input
   const { decisions, charge, rejected } = evaluation
   const retrySeconds = rejected ? evaluation.retrySeconds : undefined
   let value = ''
@@ -63,11 +63,11 @@ function rateLimitValue (input: DecisionInput, evaluation: Evaluation): string {
   return value
 }
 
-const writeIetf: HeaderWriter = (reply, input, evaluation) => {
-  const policyHeader = ietfPolicy(input)
+const writeIetf: HeaderWriter = (reply, evaluation) => {
+  const policyHeader = ietfPolicy(evaluation.input)
   if (policyHeader === '') return
   reply.header('ratelimit-policy', policyHeader)
-  const value = rateLimitValue(input, evaluation)
+  const value = rateLimitValue(evaluation)
   if (value !== '') reply.header('ratelimit', value)
 }
 
@@ -107,9 +107,9 @@ const writeDraft6Fields = reportingBinding((reply, header: RunHeader, remaining,
   reply.header('ratelimit-reset', reset)
 }, draftResetSeconds)
 
-const writeDraft6: HeaderWriter = (reply, input, evaluation) => {
-  writeIntegerPolicy(reply, input)
-  writeDraft6Fields(reply, input, evaluation)
+const writeDraft6: HeaderWriter = (reply, evaluation) => {
+  writeIntegerPolicy(reply, evaluation.input)
+  writeDraft6Fields(reply, evaluation)
 }
 
 /** draft-7's Dictionary: `RateLimit: limit=100, remaining=40, reset=20`. */
@@ -117,9 +117,9 @@ const writeDraft7Field = reportingBinding((reply, header, remaining, reset) => {
   reply.header('ratelimit', `limit=${header.quota}, remaining=${remaining}, reset=${reset}`)
 }, draftResetSeconds)
 
-const writeDraft7: HeaderWriter = (reply, input, evaluation) => {
-  writeIntegerPolicy(reply, input)
-  writeDraft7Field(reply, input, evaluation)
+const writeDraft7: HeaderWriter = (reply, evaluation) => {
+  writeIntegerPolicy(reply, evaluation.input)
+  writeDraft7Field(reply, evaluation)
 }
 
 /** X-RateLimit-Limit/Remaining/Reset; the reset is capped at `w` on a refusal too (resetSeconds). */
@@ -174,7 +174,7 @@ export function headerWriter (formats: readonly HeaderFormat[]): HeaderWriter {
   const [only] = writers
   if (only === undefined) return writeNone
   if (writers.length === 1) return only
-  return (reply, input, evaluation) => {
-    for (let i = 0; i < writers.length; i++) writers[i]?.(reply, input, evaluation)
+  return (reply, evaluation) => {
+    for (let i = 0; i < writers.length; i++) writers[i]?.(reply, evaluation)
   }
 }

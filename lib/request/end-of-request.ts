@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
-import type { HeldSlots } from '../decide/slots.js'
+import type { HeldSlots } from '../kinds/concurrency/decide.js'
 import { changeUsage, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime as Runtime } from './inputs.js'
@@ -29,7 +29,7 @@ import { item } from '../util/item.js'
  *   slot), through decide/given-back.ts (the one path for units given back:
  *   deny cache, stats, metrics); a failed call is logged and dropped.
  *   Nothing here delays or fails the response: it has closed already.
- * - Concurrency slots held for the request (decide/slots.ts) are released
+ * - Concurrency slots held for the request (kinds/concurrency/decide.ts) are released
  *   by the same call: one idempotent release entry per slot, taken off the
  *   keeper (so renewals stop) in the tick the response closed. A call of
  *   releases alone is retried after a failure (Store.adjustSlots); when a

@@ -10,7 +10,7 @@ import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime, type SkipCheck } from './inputs.js'
 import { trackEnd } from './end-of-request.js'
-import { holdSlots, newSlotId } from '../decide/slots.js'
+import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
 
 /*
  * The Fastify side of a route's limit: operator bans (ban-refusal.ts), what
@@ -41,7 +41,7 @@ function withRuns ({ policy, runtime }: RouteContext, request: FastifyRequest, t
   const tierRuns = runsForTier(policy, tier)
   const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
   const input: DecisionInput = { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
-  if (policy.concurrency) input.slot = newSlotId()
+  if (policy.holdsSlots) input.slot = newSlotId()
   return input
 }
 
@@ -65,7 +65,7 @@ function decisionInput (ctx: RouteContext, request: FastifyRequest): DecisionInp
  * slot and arranging its release.
  */
 function trackAdmitted ({ policy, runtime }: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): void {
-  const slots = policy.concurrency ? holdSlots(runtime, input, evaluation, request.log) : undefined
+  const slots = policy.holdsSlots ? holdSlots(runtime, input, evaluation, request.log) : undefined
   const charged = !evaluation.decision.degraded
   if (!charged && slots === undefined) return
   // The charge's time as the store read it (it came back with the call): a reply read late must not move a give-back into the next window.
@@ -102,7 +102,7 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
     if (!evaluation.rejected) return undefined
     return refuse(ctx, request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
   }
-  runtime.writeHeaders(reply, input, evaluation)
+  runtime.writeHeaders(reply, evaluation)
   if (!evaluation.rejected) return undefined
   return refuse(ctx, request, reply, evaluation, 429)
 }

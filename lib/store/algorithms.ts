@@ -1,6 +1,6 @@
 /**
  * The contract every algorithm honours, in Lua (`scripts/<name>.lua`) and in
- * TypeScript (`memory/algorithms.ts`). Both sides must give identical
+ * TypeScript (`kinds/window/memory/algorithms.ts`). Both sides must give identical
  * decisions for identical inputs: the memory store is the reference model the
  * property tests hold the Lua scripts to.
  */

@@ -1,5 +1,6 @@
 import type { BlockParams, RawDecision, RunAlgorithm } from './algorithms.js'
 import type { PeriodBoundaries } from '../kinds/period/calendar.js'
+import type { BlockKind } from '../kinds/contract.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.
@@ -14,8 +15,8 @@ export interface BlockRun {
   /** 1-based position in ALGORITHMS (CONCURRENCY_NUMBER for slots): the scripts' algorithm number. */
   algorithmNumber: number
   params: BlockParams
-  /** The block as the Redis scripts read it, built once (redis/protocol.ts specText). */
-  specText: string
+  /** What the block counts over, and what the engine, headers and stores ask of it (lib/kinds/). */
+  kind: BlockKind
   /** Decided and recorded, never blocks the request. */
   shadow: boolean
   /** The tier this run applies to, or undefined when the block has no tiers. */
@@ -25,7 +26,7 @@ export interface BlockRun {
   /** This instance's share while Redis is unavailable (onRedisError 'local'), when known. */
   local?: BlockParams
   /** A calendar period's boundaries (fixed-window over the period holding now), when the block declares `period`. */
-  period?: PeriodBoundaries
+  period?: PeriodBoundaries | undefined
 }
 
 /** A compiled `penalty`: see docs/algorithms.md, "Penalties", and scripts/penalty.lua. */
@@ -72,11 +73,6 @@ export interface StoreRequest {
   slot?: string
 }
 
-/** Whether a run counts in-flight slots (a concurrency block) rather than units. */
-export function isSlotRun (run: BlockRun): boolean {
-  return run.algorithm === 'concurrency'
-}
-
 /**
  * A signed change of one block's usage, made after the decision that charged
  * it. `units` < 0 gives back (never below zero), to the window the charge was
@@ -120,7 +116,7 @@ export interface SlotAdjustment {
  */
 export type Adjustment = UnitsAdjustment | SlotAdjustment
 
-/** The releases of the slots a request takes, one per concurrency run (none without a slot id). */
+/** The releases of the slots a request takes, one per run that holds one (none without a slot id). */
 export function slotReleases (request: StoreRequest): SlotAdjustment[] {
   const { runs, keys, slot } = request
   const out: SlotAdjustment[] = []
@@ -128,7 +124,7 @@ export function slotReleases (request: StoreRequest): SlotAdjustment[] {
   for (let i = 0; i < runs.length; i++) {
     const run = runs[i]
     const key = keys[i]
-    if (run !== undefined && key !== undefined && isSlotRun(run)) out.push({ kind: 'release', run, key, slot })
+    if (run !== undefined && key !== undefined && run.kind.holdsSlot) out.push({ kind: 'release', run, key, slot })
   }
   return out
 }

@@ -5,7 +5,7 @@
  * builds one sequence per question: the most favourable to admission when it
  * judges an admission, the least favourable when it judges a refusal.
  */
-import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import { memoryAlgorithms } from '../../lib/kinds/window/memory/algorithms.js'
 import type { AlgorithmName, BlockParams } from '../../lib/store/algorithms.js'
 import type { ChaosRoute } from './routes.js'
 

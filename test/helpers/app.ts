@@ -8,7 +8,7 @@ import type { BlockRun, Penalty } from '../../lib/store/port.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './redis.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
-import { specText } from '../../lib/store/redis/protocol.js'
+import { KINDS } from '../../lib/kinds/index.js'
 
 /** A mutable test clock: scripts receive `now` instead of reading Redis TIME. */
 export class TestClock {
@@ -91,7 +91,7 @@ export function testRun (block: { algorithm: AlgorithmName, limit: number, windo
     algorithm: block.algorithm,
     algorithmNumber: ALGORITHMS.indexOf(block.algorithm) + 1,
     params: { limit: block.limit, windowMs: block.windowMs, burst: block.limit },
-    specText: specText(ALGORITHMS.indexOf(block.algorithm) + 1, { limit: block.limit, windowMs: block.windowMs, burst: block.limit }, block.shadow, block.penalty),
+    kind: KINDS.window,
     shadow: block.shadow,
     tier: undefined,
     penalty: block.penalty

@@ -30,9 +30,9 @@ import { test } from 'tap'
 import assert from 'node:assert/strict'
 import fc from 'fast-check'
 import { getRedis, createClient, uniquePrefix } from '../helpers/redis.js'
-import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import { memoryAlgorithms } from '../../lib/kinds/window/memory/algorithms.js'
 import { buildBatchScript } from '../../lib/store/redis/scripts.js'
-import { specText } from '../../lib/store/redis/protocol.js'
+import { specText } from '../../lib/store/redis/specs.js'
 import { READ_BLOCK_LUA } from '../helpers/lua.js'
 import {
   ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,

@@ -10,7 +10,7 @@
 import { test, type Test } from 'tap'
 import type { Redis } from 'ioredis'
 import { getRedis, createClient, readState, uniquePrefix, windowTag } from '../helpers/redis.js'
-import { memoryAlgorithms } from '../../lib/store/memory/algorithms.js'
+import { memoryAlgorithms } from '../../lib/kinds/window/memory/algorithms.js'
 import { ALGORITHMS, type AlgorithmName, type BlockParams, type RawDecision } from '../../lib/store/algorithms.js'
 import { loadScripts } from '../helpers/lua.js'
 

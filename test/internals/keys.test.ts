@@ -6,10 +6,18 @@ import { constraintText, routeLabel } from '../../lib/keys/constraints.js'
 import { compileIdentity, type IdentityPartSpec } from '../../lib/keys/identity.js'
 import { canonicalIp } from '../../lib/keys/ip.js'
 import {
-  assembleKeys, boundIdentity, distinctSuffixes, hashValue, identityHasher, keyHead, keyLayout, keyMethod, keySuffix, keyTail,
+  assembleKeys, boundIdentity, distinctSuffixes, hashValue, identityHasher, keyHead, keyLayout, keyMethod, keyTail,
   MAX_IDENTITY_LENGTH, MAX_KEY_BYTES, MAX_PREFIX_LENGTH, routeSegment
 } from '../../lib/keys/layout.js'
-import { NOMINAL_PERIOD_MS } from '../../lib/policy/period.js'
+import { NOMINAL_PERIOD_MS } from '../../lib/kinds/period/policy.js'
+import { KINDS } from '../../lib/kinds/index.js'
+import type { CalendarSpec } from '../../lib/kinds/period/calendar.js'
+import type { AlgorithmName } from '../../lib/store/algorithms.js'
+
+/** A block's key suffix as its kind names it: a window's, or a calendar period's. */
+function keySuffix (algorithm: AlgorithmName, windowMs: number, period?: CalendarSpec): string {
+  return (period === undefined ? KINDS.window : KINDS.period).keySuffix({ algorithm, windowMs, period: period && { spec: period } })
+}
 import { DAY_MS, MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
 import { penaltyKey } from '../../lib/store/port.js'
 import { parseWindow } from '../../lib/policy/duration.js'

@@ -23,10 +23,17 @@ function sources (dir: string): string[] {
   })
 }
 
-/** `store/redis/store.ts` → `store`; a top-level file is its own tier (`index`, `types`, …). */
+/**
+ * `store/redis/store.ts` → `store`; a top-level file is its own tier (`index`,
+ * `types`, …). A kind's step that needs a higher tier sits in its kind's folder
+ * under that tier's name (`kinds/concurrency/decide.ts` → `decide`), and is held
+ * to that tier's rules.
+ */
 function tierOf (file: string): string {
   const parts = relative(lib, file).split(sep)
-  return parts.length > 1 ? parts[0] as string : (parts[0] as string).replace(/\.ts$/, '')
+  const base = (parts[parts.length - 1] as string).replace(/\.ts$/, '')
+  if (parts[0] === 'kinds' && parts.length > 1 && base in ALLOWED && base !== 'kinds' && base !== 'index') return base
+  return parts.length > 1 ? parts[0] as string : base
 }
 
 const STATEMENT = /^(import|export)\s+(type\s+)?([^;]*?)\s+from\s+'([^']+)'/gm
@@ -61,7 +68,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   decide: ['util', 'errors', 'store', 'diagnostics'],
   reply: ['util', 'errors', 'decide'],
   request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
-  api: ['util', 'errors', 'keys', 'policy', 'fleet', 'decide'],
+  api: ['util', 'errors', 'kinds', 'keys', 'policy', 'fleet', 'decide'],
   options: ['util', 'errors', 'kinds', 'store', 'keys', 'policy', 'request'],
   types: [],
   runtime: ['util', 'errors', 'store', 'keys', 'fleet', 'decide', 'reply'],
@@ -81,7 +88,7 @@ const TYPES_ALSO: Record<string, readonly string[]> = {
   options: ['types', 'decide'],
   types: ['store'],
   runtime: ['policy', 'request', 'options'],
-  kinds: ['store'],
+  kinds: ['store', 'types'],
   fastify: ['types']
 }
 
@@ -112,6 +119,42 @@ test('the decision engine and the stores import no Fastify value', async (t) => 
 test('only the store tier asks which store it has (the port says what the rest needs)', async (t) => {
   for (const file of sources(lib).filter((file) => tierOf(file) !== 'store')) {
     t.notMatch(readFileSync(file, 'utf8'), /instanceof\s+(RedisStore|MemoryStore)\b/, `${relative(lib, file)} tests no store class`)
+  }
+})
+
+/** Ways of asking which kind a block is; outside lib/kinds/ the run's kind answers instead (kinds/contract.ts). */
+const KIND_TESTS: readonly RegExp[] = [
+  /[!=]==\s*'(window|period|concurrency)'/,
+  /'(window|period|concurrency)'\s*[!=]==/,
+  /\bisSlotRun\b/,
+  /\.period\s*[!=]==\s*undefined/,
+  /\.period\?\./,
+  /\bkind\.name\b/,
+  /\bKINDS\.(window|period|concurrency)\b/,
+  /\.concurrency\s*[?)&|]/
+]
+
+function codeOf (file: string): string {
+  return readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '')
+}
+
+test('outside lib/kinds/, no module asks which kind a block is (each kind answers from its folder)', async (t) => {
+  const outside = sources(lib).filter((file) => !relative(lib, file).startsWith('kinds' + sep))
+  t.ok(outside.length > 50, `${outside.length} modules outside lib/kinds/`)
+  for (const file of outside) {
+    const code = codeOf(file)
+    const found = KIND_TESTS.filter((pattern) => pattern.test(code)).map(String)
+    t.same(found, [], `${relative(lib, file)} asks no kind question`)
+  }
+  // The rule can fail: the code this round moved into the kinds holds such questions.
+  t.ok(KIND_TESTS.some((pattern) => pattern.test(codeOf(join(lib, 'kinds', 'policy.ts')))), 'the patterns catch a kind test')
+})
+
+test('every block kind has its folder and its contract', async (t) => {
+  const { BLOCK_KINDS, KINDS } = await import('../../lib/kinds/index.js')
+  for (const kind of BLOCK_KINDS) {
+    t.ok(existsSync(join(lib, 'kinds', kind, 'kind.ts')), `lib/kinds/${kind}/kind.ts`)
+    t.equal(KINDS[kind].name, kind, `KINDS.${kind} is the ${kind} kind`)
   }
 })
 

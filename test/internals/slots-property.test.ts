@@ -15,14 +15,14 @@ import fc from 'fast-check'
 import { CONCURRENCY_NUMBER } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
-import { specText } from '../../lib/store/redis/protocol.js'
+import { KINDS } from '../../lib/kinds/index.js'
 import type { BlockRun, SlotAdjustment } from '../../lib/store/port.js'
 import { setupModelStore, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
 
 function slotRun (limit: number, leaseMs: number, shadow: boolean): BlockRun {
-  return { algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, params: { limit, windowMs: leaseMs, burst: limit }, specText: specText(CONCURRENCY_NUMBER, { limit, windowMs: leaseMs, burst: limit }, shadow, undefined), shadow, tier: undefined }
+  return { algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, params: { limit, windowMs: leaseMs, burst: limit }, kind: KINDS.concurrency, shadow, tier: undefined }
 }
 
 const op = fc.record({

@@ -8,7 +8,7 @@ import { pluginClient, startProxy, waitFor } from '../helpers/topologies.js'
 import { CONCURRENCY_NUMBER } from '../../lib/store/algorithms.js'
 import type { BlockRun } from '../../lib/store/port.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
-import { specText } from '../../lib/store/redis/protocol.js'
+import { KINDS } from '../../lib/kinds/index.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 
 /*
@@ -98,7 +98,7 @@ test('a reply lost on the wire: the call ran and took the slot, no reply will co
 
 function slotRun (limit: number, leaseMs: number): BlockRun {
   const params = { limit, windowMs: leaseMs, burst: limit }
-  return { algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, params, specText: specText(CONCURRENCY_NUMBER, params, false, undefined), shadow: false, tier: undefined }
+  return { algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, params, kind: KINDS.concurrency, shadow: false, tier: undefined }
 }
 
 test('the store after a stall: nothing pending, no slot held', async (t) => {

@@ -1,5 +1,5 @@
 import type { BlockParams, RawDecision } from '../../store/algorithms.js'
-import type { MemoryStep } from '../../store/memory/algorithms.js'
+import type { MemoryStep } from '../window/memory/algorithms.js'
 import { SLOT_RETRY_MS } from './lease.js'
 
 /*

@@ -1,9 +1,8 @@
-import type { BlockParams, RawDecision } from '../algorithms.js'
-import { periodAt } from '../../kinds/period/calendar.js'
-import { memoryAlgorithms, type MemoryStep } from './algorithms.js'
+import type { RawDecision } from '../algorithms.js'
+import type { MemoryStep } from '../../kinds/window/memory/algorithms.js'
 import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
-import { slotRelease, slotRenew, slotStep, type SlotState } from '../../kinds/concurrency/memory-step.js'
+import { slotRelease, slotRenew, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
 import { item } from '../../util/item.js'
 
@@ -27,16 +26,8 @@ function penaltyLength (penalty: Penalty, offences: number): number {
   return Math.floor(Math.min(penalty.maxMs, length))
 }
 
-/** A run's numbers at `now`: a calendar period's start and length, picked as the batch script picks them. */
-function paramsAt (run: BlockRun, now: number): BlockParams {
-  if (run.period === undefined) return run.params
-  const period = periodAt(run.period.bounds(), Math.floor(now))
-  if (period === undefined) throw new Error('now is outside the calendar periods sent')
-  return { ...run.params, windowMs: period[1] - period[0], start: period[0] }
-}
-
 /*
- * The same five algorithms in one process (memory/algorithms.ts): for a single
+ * The same five algorithms in one process (kinds/window/memory/, by each run's kind): for a single
  * instance, for the demo without Redis, and as the reference model the Lua
  * scripts are tested against. Several blocks are decided all-or-nothing, as
  * the multi script does: every step is computed first, and states are stored
@@ -90,12 +81,10 @@ export class MemoryStore implements Store {
     this.#entries.set(key, { state, expiresAt })
   }
 
-  /** Run i's step: its algorithm at its cost, or its slots for the request's slot id. */
+  /** Run i's step, by its kind: its algorithm at its cost, or its slots for the request's slot id. */
   #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
     const run = item(runs, i)
-    const state = this.#read(item(keys, i), now)
-    if (run.algorithm === 'concurrency') return slotStep(state as SlotState | undefined, run.params, slot ?? '', now)
-    return memoryAlgorithms[run.algorithm].step(state, paramsAt(run, now), item(costs, i), now)
+    return run.kind.memoryStep(this.#read(item(keys, i), now), run, run.kind.callArg(item(costs, i), slot), now)
   }
 
   /** The model's synchronous entry (property tests drive it with their own `now`). */
@@ -135,7 +124,7 @@ export class MemoryStore implements Store {
       const run = item(runs, i)
       const decision = item(decisions, i)
       if (run.penalty === undefined || run.shadow || decision.allowed) continue
-      const until = this.#refused(penaltyKey(item(keys, i)), run.penalty, paramsAt(run, now).windowMs, now)
+      const until = this.#refused(penaltyKey(item(keys, i)), run.penalty, run.kind.paramsAt(run, now).windowMs, now)
       if (until !== undefined) {
         const wait = until - now
         decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), nextMs: Math.max(decision.nextMs, wait), penalized: true }
@@ -195,14 +184,8 @@ export class MemoryStore implements Store {
   #adjustOne (entry: Adjustment, now: number): boolean {
     if (entry.kind !== 'units') return this.#adjustSlot(entry, now)
     const { run, key, units } = entry
-    if (run.algorithm === 'concurrency') return false
-    const algorithm = memoryAlgorithms[run.algorithm]
     // The charge's time on this store's clock (batch.lua's adjustOne: none is now)
-    const chargedAt = entry.chargedAt ?? now
-    const state = this.#read(key, now)
-    const changed = units < 0
-      ? algorithm.refund?.(state, paramsAt(run, now), -units, now, chargedAt)
-      : units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now) : undefined
+    const changed = run.kind.memoryUnits(this.#read(key, now), run, units, now, entry.chargedAt ?? now)
     if (changed === undefined) return false
     if (changed.state === undefined || changed.ttlMs <= 0) this.#entries.delete(key)
     else this.#write(key, changed.state, now + changed.ttlMs)

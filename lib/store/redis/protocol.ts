@@ -1,8 +1,9 @@
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { isSlotRun, onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
+import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 import { item } from '../../util/item.js'
 import { isInteger } from '../../util/validate.js'
+import { SpecTable, specOf } from './specs.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -27,7 +28,7 @@ export const SCRIPT_MODE = {
   peek: '1'
 } as const
 
-/** Values per block spec in a batch: its text (specText), its period ('' or the boundaries). */
+/** Values per block spec in a batch (specs.ts): its text, its kind's tail (a period's boundaries, else ''). */
 export const SPEC_STRIDE = 2
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
@@ -99,35 +100,6 @@ export function adjustCall (entries: readonly Adjustment[], resolve: Settlement[
 }
 
 /**
- * A block as the scripts read it (scripts/spec.lua), one argument parsed once
- * per library load: 'algorithm|limit|windowMs|burst|shadow|penalty'. Built
- * with the run (policy/run.ts), not per request.
- */
-export function specText (algorithmNumber: number, params: BlockRun['params'], shadow: boolean, penalty: BlockRun['penalty']): string {
-  return `${algorithmNumber}|${params.limit}|${params.windowMs}|${params.burst}|${shadow ? '1' : ''}|${penalty?.arg ?? ''}`
-}
-
-/** The batch's table of distinct block specs: a run's 1-based index, its SPEC_STRIDE values (text, period) appended once. */
-class SpecTable {
-  readonly values: Array<string | number> = []
-  readonly #index = new Map<BlockRun, number>()
-
-  get size (): number {
-    return this.#index.size
-  }
-
-  of (run: BlockRun): number {
-    let index = this.#index.get(run)
-    if (index === undefined) {
-      index = this.#index.size + 1
-      this.#index.set(run, index)
-      this.values.push(run.specText, run.period?.arg() ?? '')
-    }
-    return index
-  }
-}
-
-/**
  * The one block of a straight decision (one block, charged, no penalty, not a
  * slot: a slot is taken only after a dry pass admits), which both scripts run
  * without the general path; undefined for any other call.
@@ -135,7 +107,7 @@ class SpecTable {
 function straightRun (call: EncodedCall): BlockRun | undefined {
   if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
   const run = item(call.runs, 0)
-  return run.penalty === undefined && !isSlotRun(run) ? run : undefined
+  return run.penalty === undefined && run.kind.straight ? run : undefined
 }
 
 /** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, the charge's time). */
@@ -178,8 +150,8 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
     decisions.push(0, runs.length, call.mode)
     for (let i = 0; i < runs.length; i++) {
       const run = item(runs, i)
-      // A concurrency run's "cost" is the request's slot id, its sorted-set member.
-      decisions.push(specs.of(run), isSlotRun(run) ? call.slot ?? '' : item(costs, i))
+      // A slot run's "cost" is the request's slot id, its sorted-set member.
+      decisions.push(specs.of(run), run.kind.callArg(item(costs, i), call.slot))
     }
   }
   return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
@@ -196,9 +168,9 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
   if (calls.length !== 1) return undefined
   const call = item(calls, 0)
   const run = straightRun(call)
-  // The lone scripts take no calendar period (batch.lua's periodFn). A straight run is a decision's.
-  if (run === undefined || run.period !== undefined || call.kind !== 'decide') return undefined
-  return { algorithmNumber: run.algorithmNumber, args: [1, item(call.keys, 0), run.specText, item(call.costs, 0), now === undefined ? '' : String(now)] }
+  // The lone scripts take no per-spec tail (batch.lua's periodFn). A straight run is a decision's.
+  if (run === undefined || !run.kind.lone || call.kind !== 'decide') return undefined
+  return { algorithmNumber: run.algorithmNumber, args: [1, item(call.keys, 0), specOf(run), item(call.costs, 0), now === undefined ? '' : String(now)] }
 }
 
 /**

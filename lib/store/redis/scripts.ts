@@ -167,7 +167,7 @@ function header (what: string): string {
 /**
  * The store's script for a call of one straight decision (one block, charged,
  * no penalty, period or slot), per algorithm in ALGORITHMS order: KEYS[1] =
- * state key; ARGV = the block's spec text (protocol.ts specText), cost, now
+ * state key; ARGV = the block's spec text (specs.ts specText), cost, now
  * ('' = Redis TIME); scripts/lone.lua. Under light load most calls hold one
  * decision, and this script costs Redis less than the batch script's driver.
  */

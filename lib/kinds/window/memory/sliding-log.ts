@@ -1,6 +1,6 @@
 import type { MemoryAlgorithm, SlidingLogState } from './algorithms.js'
 import { decision } from './math.js'
-import { item } from '../../util/item.js'
+import { item } from '../../../util/item.js'
 
 /** Index of the first element > x in a sorted array. */
 function upperBound (a: readonly number[], x: number): number {

@@ -1,6 +1,8 @@
-import { MAX_CONCURRENCY } from '../kinds/concurrency/lease.js'
-import { readCounts, type Fail } from './block-fields.js'
-import type { Shape } from './shape.js'
+import { MAX_CONCURRENCY } from './lease.js'
+import { readCounts, type Fail } from '../../policy/block-fields.js'
+import type { Shape } from '../../policy/shape.js'
+import { CONCURRENCY_NUMBER } from '../../store/algorithms.js'
+import type { BlockKind } from '../contract.js'
 
 /*
  * Concurrency blocks: `concurrency: N` (or a tier map) in place of
@@ -29,9 +31,9 @@ export function checkSlotFields (input: Record<string, unknown>, fail: Fail): vo
 }
 
 /** The shape of a concurrency block: N slots per tier, leased for `leaseMs` (the plugin's `lease`). */
-export function concurrencyShape (input: Record<string, unknown>, leaseMs: number, fail: Fail): Shape {
+export function concurrencyShape (kind: BlockKind, input: Record<string, unknown>, leaseMs: number, fail: Fail): Shape {
   checkSlotFields(input, fail)
   const limits = readCounts(input.concurrency, 'concurrency', MAX_CONCURRENCY, String(MAX_CONCURRENCY), fail)
   const named = limits.map(([tier]) => tier).filter((tier) => tier !== undefined)
-  return { algorithm: 'concurrency', bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
+  return { kind, algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
 }

@@ -1,7 +1,7 @@
 import type { MemoryAlgorithm } from './algorithms.js'
 import { cdiv, decision, idiv } from './math.js'
 import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
-import type { BlockParams } from '../algorithms.js'
+import type { BlockParams } from '../../../store/algorithms.js'
 
 export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
   step (state, { limit, windowMs: w, start }, cost, now) {

@@ -12,7 +12,7 @@
  * decisions as passing the stale state. `ttlMs` is what the Lua script passes
  * to PX / PEXPIRE for the same step.
  */
-import type { AlgorithmName, BlockParams, RawDecision } from '../algorithms.js'
+import type { AlgorithmName, BlockParams, RawDecision } from '../../../store/algorithms.js'
 import { gcra, tokenBucket } from './buckets.js'
 import { slidingLog } from './sliding-log.js'
 import { fixedWindow, slidingWindow } from './windows.js'

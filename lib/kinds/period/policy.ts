@@ -1,29 +1,8 @@
-import { DAY_MS } from '../store/algorithms.js'
-import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from '../kinds/period/calendar.js'
-import type { Fail } from './block-fields.js'
-import { choiceMessage, isCount, isOneOf, shown } from '../util/validate.js'
-import { item } from '../util/item.js'
-
-/**
- * What a block counts over: exactly one of these fields. A third kind
- * (`concurrency`) joins by being added here.
- */
-export const BLOCK_KINDS = ['window', 'period', 'concurrency'] as const
-export type BlockKind = typeof BLOCK_KINDS[number]
-
-/** The block's kind; a block with none is a window block (whose own error says what is missing). */
-export function readKind (input: Record<string, unknown>, fail: Fail): BlockKind {
-  const given = BLOCK_KINDS.filter((field) => input[field] !== undefined)
-  if (given.length > 1) {
-    fail(item(given, 1), `cannot be combined with ${item(given, 0)}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
-  }
-  if (given[0] !== 'period') {
-    for (const field of ['timeZone', 'weekStart']) {
-      if (input[field] !== undefined) fail(field, 'only applies to a block with period (a window is a duration aligned to the epoch)')
-    }
-  }
-  return given[0] ?? 'window'
-}
+import { DAY_MS } from '../../store/algorithms.js'
+import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from './calendar.js'
+import type { Fail } from '../../policy/block-fields.js'
+import type { Counting } from '../../policy/shape.js'
+import { choiceMessage, isCount, isOneOf, shown } from '../../util/validate.js'
 
 /**
  * A period's nominal length: the static windowMs of its runs (every decision
@@ -55,4 +34,10 @@ export function readPeriod (input: Record<string, unknown>, fail: Fail, now: () 
   const weekStart = input.weekStart ?? 1
   if (!isCount(weekStart, 7)) fail('weekStart', `must be an integer from 1 (Monday) to 7 (Sunday) (got ${shown(input.weekStart)})`)
   return new CalendarPeriod({ unit, timeZone, weekStart }, format, now)
+}
+
+/** A period block counts by fixed-window over the period; its static window is the nominal length. */
+export function readPeriodCounting (input: Record<string, unknown>, fail: Fail, now: () => number): Counting {
+  const period = readPeriod(input, fail, now)
+  return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period }
 }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import type { DecisionInput, Evaluation, Runtime } from './contract.js'
-import { slotReleases, type SlotAdjustment, type Store } from '../store/port.js'
+import type { DecisionInput, Evaluation, Runtime } from '../../decide/contract.js'
+import { slotReleases, type SlotAdjustment, type Store } from '../../store/port.js'
 
 /*
  * The slots this instance holds (concurrency blocks): who took them, their

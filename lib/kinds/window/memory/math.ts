@@ -1,4 +1,4 @@
-import type { RawDecision } from '../algorithms.js'
+import type { RawDecision } from '../../../store/algorithms.js'
 
 /** floor(a / b) for integers with |a|, b below 2^53, exact whatever the rounding of a / b. */
 export function idiv (a: number, b: number): number {

@@ -1,0 +1,85 @@
+import type { AlgorithmName, RunAlgorithm } from '../../store/algorithms.js'
+import type { BlockRun } from '../../store/port.js'
+import { LONG_HOLD_MS, type BlockKind, type MemoryChange } from '../contract.js'
+import { memoryAlgorithms, type MemoryAlgorithm } from './memory/algorithms.js'
+
+/*
+ * Window blocks: `limit` per `window`, counted by one of the five algorithms
+ * (scripts/<algorithm>.lua, memory/algorithms.ts), the window aligned to the epoch.
+ */
+
+/**
+ * Uppercase: state format 2 (numbers packed as doubles, scripts/prelude.lua),
+ * or fixed-window's format 3 (`FC`: one integer counter, scripts/fixed-window.lua).
+ * The decimal format lived under the lowercase codes, format 2 of fixed-window
+ * under `FW`.
+ */
+const SUFFIX: Record<AlgorithmName, string> = {
+  'fixed-window': 'FC',
+  'sliding-window': 'SW',
+  'sliding-log': 'sl',
+  'token-bucket': 'TB',
+  gcra: 'GC'
+}
+
+const DAY_MS = 86_400_000
+/** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
+const DECIMAL_SUFFIX_MAX_MS = DAY_MS
+
+/** A window run's algorithm: always one of the five. */
+function nameOf (algorithm: RunAlgorithm): AlgorithmName {
+  if (algorithm === 'concurrency') throw new TypeError('a window run counts by one of the five algorithms')
+  return algorithm
+}
+
+export function algorithmOf (algorithm: RunAlgorithm): MemoryAlgorithm {
+  return memoryAlgorithms[nameOf(algorithm)]
+}
+
+/** A kind's units change by its runs' algorithm at their numbers now: give back (`units` < 0) or charge (> 0), as batch.lua's adjustOne. */
+export function unitsBy (algorithmOf: (run: BlockRun) => MemoryAlgorithm, paramsAt: BlockKind['paramsAt']): BlockKind['memoryUnits'] {
+  return (state, run, units, now, chargedAt): MemoryChange => {
+    const algorithm = algorithmOf(run)
+    if (units < 0) return algorithm.refund?.(state, paramsAt(run, now), -units, now, chargedAt)
+    return units > 0 ? algorithm.charge?.(state, paramsAt(run, now), units, now) : undefined
+  }
+}
+
+export function isBursty (algorithm: RunAlgorithm): boolean {
+  return algorithm === 'token-bucket' || algorithm === 'gcra'
+}
+
+/**
+ * `q` units per `w` seconds. For token-bucket and gcra the quota is the burst
+ * capacity and `w` the time to refill it from empty (burst × window / limit),
+ * so `r` never exceeds `q` and `t` never exceeds `w`; otherwise `q` = limit, `w` = window.
+ */
+export function rateTerms (algorithm: RunAlgorithm, limit: number, burst: number, windowMs: number): { quota: number, windowSeconds: number, params: string, slots: false } {
+  const bursty = isBursty(algorithm)
+  const windowSeconds = Math.max(1, Math.ceil((bursty ? Math.ceil(burst * windowMs / limit) : windowMs) / 1000))
+  return { quota: bursty ? burst : limit, windowSeconds, params: `;w=${windowSeconds}`, slots: false }
+}
+
+export const windowKind: BlockKind = {
+  name: 'window',
+  /**
+   * A window up to a day: `SW60000` (the algorithm, the window in ms); a
+   * longer one: `SW~` + the ms in base 36 (`SW~eiz5s00` for 366 days; `~`
+   * never appears in the decimal form, so the two cannot meet).
+   */
+  keySuffix: ({ algorithm, windowMs }) => {
+    const code = SUFFIX[nameOf(algorithm)]
+    return windowMs <= DECIMAL_SUFFIX_MAX_MS ? code + windowMs : `${code}~${windowMs.toString(36)}`
+  },
+  holdsSlot: false,
+  straight: true,
+  lone: true,
+  callArg: (cost) => cost,
+  specTail: () => '',
+  paramsAt: (run) => run.params,
+  // A window longer than a day is a quota: units given back elsewhere are seen within LONG_HOLD_MS.
+  denyHold: (run, now, until) => run.params.windowMs > DAY_MS ? Math.min(until, now + LONG_HOLD_MS) : until,
+  headerTerms: (run) => rateTerms(run.algorithm, run.params.limit, run.params.burst, run.params.windowMs),
+  memoryStep: (state, run, arg, now) => algorithmOf(run.algorithm).step(state, run.params, Number(arg), now),
+  memoryUnits: unitsBy((run) => algorithmOf(run.algorithm), (run) => run.params)
+}

@@ -18,9 +18,23 @@ import type { RateLimitDecision, RateLimitStats } from '../types/index.js'
  * as these records, so no object is built per block per request.
  */
 
-/** What every decision shares: built once per plugin instance. */
-export interface Runtime {
+/** What deciding needs: the store and this instance's own defences in front of it. */
+export interface Engine {
   store: Store
+  /** The local deny cache, or undefined when `denyCache: false`. */
+  denyCache: DenyCache | undefined
+  /** This instance's clock for its own durations (deny cache, breaker, log throttles): the injected test clock, else monotonic ms. */
+  clock: () => number
+  /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */
+  breaker: CircuitBreaker | undefined
+  /** onRedisError 'local': this instance's own limiter, created at its first call and the same after. */
+  localStore: () => MemoryStore
+  /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */
+  slots: SlotKeeper
+}
+
+/** Where outcomes are told: counters, metrics and logs throttled per burst. */
+export interface Reporter {
   stats: RateLimitStats
   /** Logs store failures at most once per burst (see BurstLogger). */
   failures: BurstLogger
@@ -28,22 +42,16 @@ export interface Runtime {
   badInput: BurstLogger
   /** Logs a throwing metrics instrument or logger at most once per burst (TELEMETRY_THREW). */
   telemetry: BurstLogger
-  /** The local deny cache, or undefined when `denyCache: false`. */
-  denyCache: DenyCache | undefined
   /** Rejections are logged once per identity per window. */
   rejections: OncePerWindow
-  /** This instance's clock for its own durations (deny cache, breaker, log throttles): the injected test clock, else monotonic ms. */
-  clock: () => number
-  /** The plugin option `tier`, if any. */
-  tier: ((request: FastifyRequest) => unknown) | undefined
   /** OpenTelemetry instruments, once loaded at ready(). */
   metrics: Metrics | undefined
-  /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */
-  breaker: CircuitBreaker | undefined
-  /** onRedisError 'local': this instance's own limiter, created at its first call and the same after. */
-  localStore: () => MemoryStore
-  /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */
-  slots: SlotKeeper
+}
+
+/** What every decision shares, built once per plugin instance: the engine, the reporter and the plugin's `tier`. */
+export interface Runtime extends Engine, Reporter {
+  /** The plugin option `tier`, if any. */
+  tier: ((request: FastifyRequest) => unknown) | undefined
 }
 
 /** One decision to take: the policy, the runs for the caller's tier, and one key and cost per block. */

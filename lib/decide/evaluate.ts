@@ -10,7 +10,7 @@ import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
 
 export { combine, type Verdict } from './combine.js'
-export type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
+export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'
 export { recordBan, recordSkip } from './evaluation.js'
 
 /*

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
 import { retryAfterSeconds, shownRemaining, UNAVAILABLE_RETRY_SECONDS, type Charge } from './decision-math.js'
 import type { Verdict } from './combine.js'
-import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
+import type { DecisionInput, DecisionOrigin, Evaluation, Reporter } from './contract.js'
 import { decisionChannel, type DecisionSource } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { DecideMode } from '../store/port.js'
@@ -71,7 +71,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
 }
 
 /** Metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
-export function publish (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
+export function publish (runtime: Reporter, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
   const { decision } = evaluation
@@ -93,7 +93,7 @@ export function publish (runtime: Runtime, input: DecisionInput, origin: Decisio
 }
 
 /** Publishes a decision no store call took: a skip (allowList, skip) or a ban's refusal. */
-function publishWithoutStore (runtime: Runtime, policy: CompiledPolicy, outcome: 'skipped' | 'banned', source: 'allow-list' | 'skip' | 'ban', startedAt: number): void {
+function publishWithoutStore (runtime: Reporter, policy: CompiledPolicy, outcome: 'skipped' | 'banned', source: 'allow-list' | 'skip' | 'ban', startedAt: number): void {
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
   const durationMs = performance.now() - startedAt
@@ -108,13 +108,13 @@ function publishWithoutStore (runtime: Runtime, policy: CompiledPolicy, outcome:
  * store call and no decision, but counted (`stats().skipped`) and published
  * like one (outcome `skipped`, source `allow-list` or `skip`).
  */
-export function recordSkip (runtime: Runtime, policy: CompiledPolicy, source: 'allow-list' | 'skip', startedAt: number): void {
+export function recordSkip (runtime: Reporter, policy: CompiledPolicy, source: 'allow-list' | 'skip', startedAt: number): void {
   runtime.stats.skipped++
   publishWithoutStore(runtime, policy, 'skipped', source, startedAt)
 }
 
 /** Counts and publishes an operator ban's refusal (outcome `banned`, source `ban`). */
-export function recordBan (runtime: Runtime, policy: CompiledPolicy, startedAt: number): void {
+export function recordBan (runtime: Reporter, policy: CompiledPolicy, startedAt: number): void {
   runtime.stats.banned++
   publishWithoutStore(runtime, policy, 'banned', 'ban', startedAt)
 }

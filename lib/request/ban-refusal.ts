@@ -4,7 +4,7 @@ import { recordBan } from '../decide/evaluate.js'
 import { TELEMETRY_THREW } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
-import type { InputRuntime } from './inputs.js'
+import type { Reporter } from '../decide/evaluate.js'
 import type { RateLimitBan, RateLimitDecision } from '../types/index.js'
 
 /*
@@ -14,8 +14,9 @@ import type { RateLimitBan, RateLimitDecision } from '../types/index.js'
  * and no RateLimit fields: no quota applies to it.
  */
 
-/** What a ban check reads from the runtime. */
-export interface BanRuntime extends InputRuntime {
+/** What a ban's refusal reads from the runtime: the reporter, this instance's clock, the fleet's bans, the refusal path. */
+export interface BanRuntime extends Reporter {
+  clock: () => number
   bans: Bans
   refuse: Refuse
 }

@@ -1,13 +1,16 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
-import type { DecisionInput } from '../decide/evaluate.js'
+import type { DecisionInput, Runtime as DecisionRuntime } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../kinds/concurrency/decide.js'
 import { changeUsage, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
-import { reportValue, type InputRuntime as Runtime } from './inputs.js'
+import { reportValue, type InputRuntime } from './inputs.js'
 import { item } from '../util/item.js'
+
+/** What the end of a request reads: the decision runtime and the time a settle may take. */
+type Runtime = DecisionRuntime & InputRuntime
 
 /*
  * The one end-of-request mechanism. Contract:

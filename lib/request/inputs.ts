@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import { callPredicate, type SkipPredicate } from './allow-list.js'
-import type { Runtime } from '../decide/evaluate.js'
+import type { Reporter, Runtime } from '../decide/evaluate.js'
 import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
 import { assembleKeys } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
@@ -16,8 +16,9 @@ import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/aw
  * is bounded, and whatever fails is logged (throttled) and falls back.
  */
 
-/** What these functions read from the runtime. */
-export interface InputRuntime extends Runtime {
+/** What these functions read from the runtime: the reporter, the plugin's `tier`, and the time an async input may take. */
+export interface InputRuntime extends Reporter {
+  tier: Runtime['tier']
   /** Milliseconds an async `tier` or `requestLimit` may take (plugin option identityTimeout). */
   identityTimeout: number
 }
@@ -39,7 +40,7 @@ export function skipChecks (policy: CompiledPolicy, allowList: SkipPredicate | u
  * Whether one of `checks` lets the request through: the source that did,
  * else undefined. A failing predicate counts as "no".
  */
-export function skipSource (policy: CompiledPolicy, checks: readonly SkipCheck[], request: FastifyRequest, runtime: Runtime, from = 0): SkipCheck['source'] | undefined | Promise<SkipCheck['source'] | undefined> {
+export function skipSource (policy: CompiledPolicy, checks: readonly SkipCheck[], request: FastifyRequest, runtime: Reporter, from = 0): SkipCheck['source'] | undefined | Promise<SkipCheck['source'] | undefined> {
   for (let i = from; i < checks.length; i++) {
     const check = checks[i]
     if (check === undefined) continue
@@ -59,7 +60,7 @@ function describeCost (value: unknown, thenable: boolean): string {
   return thenable ? 'a Promise (cost functions must be synchronous)' : `a value of type ${value === null ? 'null' : typeof value}`
 }
 
-function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Runtime): number {
+function requestCost (block: CompiledBlock, route: string, request: FastifyRequest, runtime: Reporter): number {
   const cost = block.cost
   if (typeof cost === 'number') return cost
   let value: unknown
@@ -75,7 +76,7 @@ function requestCost (block: CompiledBlock, route: string, request: FastifyReque
   return 1
 }
 
-export function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime: Runtime): number[] {
+export function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime: Reporter): number[] {
   const blocks = policy.blocks
   const costs = new Array<number>(blocks.length)
   for (let i = 0; i < blocks.length; i++) {
@@ -97,7 +98,7 @@ function failure (outcome: Outcome): string {
 }
 
 /** Calls `fn`; a promise it returns is awaited at most identityTimeout ms. Sync results stay sync. */
-function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: InputRuntime): Outcome | Promise<Outcome> {
+function callBounded (fn: (request: FastifyRequest) => unknown, request: FastifyRequest, runtime: { identityTimeout: number }): Outcome | Promise<Outcome> {
   let value: unknown
   try {
     value = fn(request)
@@ -115,12 +116,12 @@ export interface BadValue {
 }
 
 /** Logs (once per burst) a function's unusable result and what was done instead. */
-export function reportValue (request: FastifyRequest, runtime: Runtime, outcome: Outcome, { what, route, instead }: BadValue): void {
+export function reportValue (request: FastifyRequest, runtime: Reporter, outcome: Outcome, { what, route, instead }: BadValue): void {
   runtime.badInput.report(request.log, { err: new FST_RRL_REQUEST_VALUE_FAILED(what, route, `${failure(outcome)}; ${instead}`), route }, `rate limit ${what} unusable; ${instead}`)
 }
 
 /** A tier name, or undefined (the default tier); anything but a string or nothing is logged. */
-function tierOf (outcome: Outcome, request: FastifyRequest, runtime: Runtime, route: string): string | undefined {
+function tierOf (outcome: Outcome, request: FastifyRequest, runtime: Reporter, route: string): string | undefined {
   if (outcome.ok && typeof outcome.value === 'string') return outcome.value
   if (!outcome.ok || (outcome.value !== undefined && outcome.value !== null)) reportValue(request, runtime, outcome, { what: 'tier', route, instead: 'using the default tier' })
   return undefined
@@ -137,7 +138,7 @@ export function requestTier (policy: CompiledPolicy, request: FastifyRequest, ru
 }
 
 /** A `requestLimit` result: an integer the algorithm takes, else undefined (the block's `limit`; logged unless nothing was returned). */
-function limitOf (outcome: Outcome, block: CompiledBlock, request: FastifyRequest, runtime: Runtime, route: string): number | undefined {
+function limitOf (outcome: Outcome, block: CompiledBlock, request: FastifyRequest, runtime: Reporter, route: string): number | undefined {
   if (outcome.ok && isCount(outcome.value, block.maxLimit)) return outcome.value
   // undefined / null: no limit of its own for this request (not an error).
   if (outcome.ok && (outcome.value === undefined || outcome.value === null)) return undefined

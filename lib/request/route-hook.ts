@@ -1,10 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { SkipPredicate } from './allow-list.js'
-import { evaluate, evaluateThen, recordSkip, type DecisionInput, type Evaluation } from '../decide/evaluate.js'
+import { evaluate, evaluateThen, recordSkip, type DecisionInput, type Evaluation, type Runtime } from '../decide/evaluate.js'
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../fleet/overrides.js'
+import type { Bans } from '../fleet/bans.js'
 import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
@@ -19,11 +20,17 @@ import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
  * request ends (refundOn, settle) and gives back its concurrency slots.
  */
 
-/** The decision runtime plus what the plugin options chose: header writer, allow list, refusal path. */
-export interface RouteRuntime extends InputRuntime, BanRuntime {
-  writeHeaders: HeaderWriter
+/** Fleet state the request path reads locally (lib/fleet/: polled from the store, never asked per request). */
+export interface FleetState {
+  /** Operator bans (fastify.rateLimit.ban). */
+  bans: Bans
   /** Runtime overrides of block limits (fastify.rateLimit.setOverride). */
   overrides: Overrides
+}
+
+/** The decision runtime (engine and reporter), the fleet state, and what the plugin options chose: header writer, allow list, refusal path. */
+export interface RouteRuntime extends Runtime, InputRuntime, FleetState, BanRuntime {
+  writeHeaders: HeaderWriter
   /** The plugin's `allowList`, as a predicate; undefined: none. */
   allowList: SkipPredicate | undefined
   refuse: Refuse

@@ -83,3 +83,23 @@ test("CONTRIBUTING.md's request lifecycle names functions that exist in the file
   }
   t.ok(frames >= 25, `${frames} frames checked`)
 })
+
+test("CONTRIBUTING.md's block-kind table: every member is in the contract, and each file it names asks it", async (t) => {
+  const contract = read('lib/kinds/contract.ts')
+  const section = read('CONTRIBUTING.md').split('### Block kinds')[1]?.split('\n### ')[0] ?? ''
+  let rows = 0
+  for (const [, members, files] of section.matchAll(/^\| [^|]+ \| ([^|]+) \| ([^|]+) \|$/gm)) {
+    const names = [...(members as string).matchAll(/`(\w+)`/g)].map((match) => match[1] as string)
+    const paths = [...(files as string).matchAll(/`([\w/.-]+\.ts)`/g)].map((match) => match[1] as string)
+    if (names.length === 0 || paths.length === 0) continue
+    rows++
+    for (const name of names) {
+      // SHAPES is the compiler's table (kinds/policy.ts); the rest are BlockKind's members
+      const home = name === 'SHAPES' ? read('lib/kinds/policy.ts') : contract
+      t.match(home, new RegExp(`\\b${name}\\b`), `${name} is declared`)
+      const askers = name === 'SHAPES' ? ['readShape'] : [name]
+      t.ok(paths.some((path) => askers.some((word) => new RegExp(`\\b${word}\\b`).test(read(`lib/${path}`)))), `${name} is asked in ${paths.join(', ')}`)
+    }
+  }
+  t.ok(rows >= 8, `${rows} rows`)
+})

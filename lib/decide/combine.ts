@@ -2,6 +2,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { Outcome } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
+import { item } from '../util/item.js'
 
 /** How per-block decisions combine (see combine). */
 export interface Verdict {
@@ -26,9 +27,8 @@ function refusedNames (policy: CompiledPolicy, runs: readonly BlockRun[], decisi
   const names: string[] = []
   for (let i = 0; i < runs.length; i++) {
     const decision = decisions[i]
-    const block = policy.blocks[i]
-    if (decision === undefined || block === undefined || decision.allowed || runs[i]?.shadow === enforced) continue
-    names.push(block.name)
+    if (decision === undefined || decision.allowed || item(runs, i).shadow === enforced) continue
+    names.push(item(policy.blocks, i).name)
   }
   return names
 }

@@ -8,6 +8,7 @@ import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
+import { item } from '../util/item.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'
@@ -27,11 +28,10 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
   const { runs, keys, costs } = input
   let cached: Array<RawDecision | undefined> | undefined
   for (let i = 0; i < runs.length; i++) {
-    const run = runs[i]
-    const key = keys[i]
-    const cost = costs[i]
-    if (run === undefined || run.shadow || key === undefined || cost === undefined) continue
-    const entry = denyCache.get(key, cost, now, run)
+    const run = item(runs, i)
+    if (run.shadow) continue
+    const cost = item(costs, i)
+    const entry = denyCache.get(item(keys, i), cost, now, run)
     if (entry === undefined) continue
     cached ??= new Array<RawDecision | undefined>(runs.length)
     const waitMs = entry.until - now
@@ -44,18 +44,16 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
 function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions: readonly RawDecision[], now: number): void {
   const { runs, keys, costs } = input
   for (let i = 0; i < runs.length; i++) {
-    const run = runs[i]
-    const decision = decisions[i]
-    const key = keys[i]
-    const cost = costs[i]
-    if (run === undefined || run.shadow || decision === undefined || decision.allowed || key === undefined || cost === undefined) continue
+    const run = item(runs, i)
+    const decision = item(decisions, i)
+    if (run.shadow || decision.allowed) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
     const until = now + decision.retryAfterMs
     // The kind bounds the hold: a quota's about a second, a slot's none (it may free at any moment).
     const expiresAt = run.kind.denyHold(run, now, until)
     if (expiresAt === undefined) continue
-    denyCache.set(key, { until, expiresAt, cost, remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
+    denyCache.set(item(keys, i), { until, expiresAt, cost: item(costs, i), remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
   }
 }
 

@@ -7,21 +7,21 @@ import { decisionChannel, type DecisionSource } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { DecideMode } from '../store/port.js'
 import type { RateLimitPolicyDecision } from '../types/index.js'
+import { item } from '../util/item.js'
 
 function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, charge: Charge): RateLimitPolicyDecision[] {
   const { policy, runs, costs } = input
   const out: RateLimitPolicyDecision[] = []
   for (let i = 0; i < runs.length; i++) {
     const decision = decisions[i]
-    const run = runs[i]
-    const block = policy.blocks[i]
-    const cost = costs[i]
-    if (decision === undefined || run === undefined || block === undefined || cost === undefined) continue
+    if (decision === undefined) continue
+    const run = item(runs, i)
+    const block = item(policy.blocks, i)
     out.push({
       policy: block.name,
       allowed: decision.allowed,
       limit: run.params.limit,
-      remaining: shownRemaining(decision, cost, charge),
+      remaining: shownRemaining(decision, item(costs, i), charge),
       resetMs: decision.resetMs,
       retryAfterMs: decision.retryAfterMs,
       shadow: run.shadow,

@@ -4,6 +4,7 @@ import { retryAfterSeconds, secondsCeil, shownRemaining, type Charge } from '../
 import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
+import { item } from '../util/item.js'
 
 /*
  * The header items: what each block contributes to the quota headers (name,
@@ -117,13 +118,11 @@ export type ResetOf = (decision: RawDecision, header: RunHeader, evaluation: Eva
 export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, evaluation: Evaluation) => void {
   return (reply, evaluation) => {
     const { binding, input } = evaluation
-    const run = input.runs[binding]
+    const run = item(input.runs, binding)
     const decision = evaluation.decisions[binding]
-    const block = input.policy.blocks[binding]
-    const cost = input.costs[binding]
-    if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) return
-    const header = runHeader(run, block)
-    write(reply, header, remainingShown(decision, cost, evaluation.charge, header), resetOf(decision, header, evaluation))
+    if (run.shadow || decision === undefined) return
+    const header = runHeader(run, item(input.policy.blocks, binding))
+    write(reply, header, remainingShown(decision, item(input.costs, binding), evaluation.charge, header), resetOf(decision, header, evaluation))
   }
 }
 
@@ -144,11 +143,10 @@ export function policyValues (member: PolicyMember): PolicyValue {
   const join = (policy: CompiledPolicy, runs: readonly BlockRun[]): string => {
     let value = ''
     for (let i = 0; i < runs.length; i++) {
-      const run = runs[i]
-      const block = policy.blocks[i]
-      if (run === undefined || block === undefined || run.shadow) continue
-      const item = member(runHeader(run, block), i, runs, policy)
-      if (item !== '') value += (value === '' ? '' : ', ') + item
+      const run = item(runs, i)
+      if (run.shadow) continue
+      const text = member(runHeader(run, item(policy.blocks, i)), i, runs, policy)
+      if (text !== '') value += (value === '' ? '' : ', ') + text
     }
     return value
   }

@@ -4,6 +4,7 @@ import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import type { HeaderFormat } from '../types/index.js'
+import { item } from '../util/item.js'
 import {
   draftResetSeconds, nextSeconds, policyValues, remainingShown, reportingBinding, resetSeconds, runHeader, type RunHeader
 } from './header-items.js'
@@ -51,14 +52,11 @@ function rateLimitValue (evaluation: Evaluation): string {
   const retrySeconds = rejected ? evaluation.retrySeconds : undefined
   let value = ''
   for (let i = 0; i < runs.length; i++) {
-    const run = runs[i]
+    const run = item(runs, i)
     const decision = decisions[i]
-    const block = policy.blocks[i]
-    const cost = costs[i]
-    if (run === undefined || run.shadow || decision === undefined || block === undefined || cost === undefined) continue
-    if (rejected && decision.allowed) continue
-    const header = runHeader(run, block)
-    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, cost, charge, header)}${nextParam(decision, retrySeconds)}`
+    if (run.shadow || decision === undefined || (rejected && decision.allowed)) continue
+    const header = runHeader(run, item(policy.blocks, i))
+    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, item(costs, i), charge, header)}${nextParam(decision, retrySeconds)}`
   }
   return value
 }
@@ -74,10 +72,9 @@ const writeIetf: HeaderWriter = (reply, evaluation) => {
 /** Whether a rate block before block `i` already lists this quota. */
 function quotaListed (quota: number, i: number, runs: readonly BlockRun[], policy: CompiledPolicy): boolean {
   for (let j = 0; j < i; j++) {
-    const run = runs[j]
-    const block = policy.blocks[j]
-    if (run === undefined || block === undefined || run.shadow) continue
-    const header = runHeader(run, block)
+    const run = item(runs, j)
+    if (run.shadow) continue
+    const header = runHeader(run, item(policy.blocks, j))
     if (!header.slots && header.quota === quota) return true
   }
   return false

@@ -7,6 +7,7 @@ import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
 import { isCost } from '../policy/rules.js'
 import { isCount } from '../util/validate.js'
+import { item } from '../util/item.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 
 /*
@@ -173,10 +174,9 @@ export function withLimits (policy: CompiledPolicy, runs: readonly BlockRun[], l
   let out: BlockRun[] | undefined
   for (let i = 0; i < runs.length; i++) {
     const limit = limits[i]
-    const block = policy.blocks[i]
-    const base = runs[i]
-    if (limit === undefined || block === undefined || base === undefined) continue
-    const run = block.withLimit(base, limit)
+    if (limit === undefined) continue
+    const base = item(runs, i)
+    const run = item(policy.blocks, i).withLimit(base, limit)
     if (run === base) continue
     out ??= [...runs]
     out[i] = run

@@ -219,7 +219,10 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
         if (r === q || r.outcome !== 'admitted' || r.hi >= q.lo || resetBetween(r.lo, q.hi, false)) continue
         events.push({ kind: 'charge', at: r.lo, cost: r.r.cost })
         if (r.end !== undefined && r.delta < 0 && r.end < q.hi) events.push({ kind: 'give-back', at: r.end, units: -r.delta, chargedAt: Math.min(r.hi, r.end) })
-        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end + CHARGE_MS, units: r.delta })
+        // An extra charge certainly applied before q counts at its earliest, the response's end: a later moment
+        // could move it past a window boundary into q's window (seed 276753227: fixed-window, a settle's +1 at 1970 ms
+        // counted in the next window, so a fair admission looked like one over the limit).
+        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end, units: r.delta })
       }
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, false)

@@ -1,4 +1,5 @@
 import type { RawDecision } from '../store/algorithms.js'
+import { secondsCeil } from '../util/seconds.js'
 
 /*
  * Numbers derived from a raw decision that both the decision engine and the
@@ -6,9 +7,7 @@ import type { RawDecision } from '../store/algorithms.js'
  * decision core never imports presentation and no formula is written twice.
  */
 
-export function secondsCeil (ms: number): number {
-  return Math.ceil(ms / 1000)
-}
+export { secondsCeil }
 
 /** Whole seconds for Retry-After: at least 1, never earlier than the decision says. */
 export function retryAfterSeconds (retryAfterMs: number): number {

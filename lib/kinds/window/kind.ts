@@ -2,6 +2,7 @@ import type { AlgorithmName, RunAlgorithm } from '../../store/algorithms.js'
 import type { BlockRun } from '../../store/port.js'
 import { LONG_HOLD_MS, type BlockKind, type MemoryChange } from '../contract.js'
 import { memoryAlgorithms, type MemoryAlgorithm } from './memory/algorithms.js'
+import { secondsCeil } from '../../util/seconds.js'
 
 /*
  * Window blocks: `limit` per `window`, counted by one of the five algorithms
@@ -56,7 +57,7 @@ export function isBursty (algorithm: RunAlgorithm): boolean {
  */
 export function rateTerms (algorithm: RunAlgorithm, limit: number, burst: number, windowMs: number): { quota: number, windowSeconds: number, params: string, slots: false } {
   const bursty = isBursty(algorithm)
-  const windowSeconds = Math.max(1, Math.ceil((bursty ? Math.ceil(burst * windowMs / limit) : windowMs) / 1000))
+  const windowSeconds = Math.max(1, secondsCeil(bursty ? Math.ceil(burst * windowMs / limit) : windowMs))
   return { quota: bursty ? burst : limit, windowSeconds, params: `;w=${windowSeconds}`, slots: false }
 }
 

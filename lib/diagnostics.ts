@@ -18,7 +18,7 @@ export const CHANNELS = {
 } as const
 
 /** `skipped`: let through unlimited by `allowList` or a route's `skip`, with no store call. `banned`: refused by an operator ban, with none either. */
-export type Outcome = 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped' | 'banned'
+export type Outcome = 'allowed' | 'delayed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'skipped' | 'banned'
 export type DecisionSource = 'store' | 'deny-cache' | 'local' | 'api' | 'allow-list' | 'skip' | 'ban'
 
 /** What the decision channel carries. Never an identity value: only its kinds. */
@@ -38,6 +38,8 @@ export interface DecisionMessage {
   source: DecisionSource
   /** Milliseconds from the start of the decision to its end (performance.now()). */
   durationMs: number
+  /** Outcome `delayed`: ms the request is held until its reserved turn (a block's `delay`); else 0. */
+  delayMs: number
   /** The identity parts used, e.g. ['user'] or ['ip', 'body']: kinds only. */
   identityKinds: string[]
 }
@@ -64,13 +66,18 @@ export function errorCause (error: unknown): StoreErrorCause {
   return 'other'
 }
 
+/** What changed usage after the fact: refundOn, settle, adjust(), or a held request whose client left (abort). */
+export type UsageChangeSource = 'refund' | 'settle' | 'adjust' | 'abort'
+
 /** The instruments, once @opentelemetry/api is loaded. */
 export interface Metrics {
   decision: (route: string, policy: string, outcome: Outcome, durationMs: number) => void
   storeError: (route: string, cause: StoreErrorCause) => void
   denyCacheHit: (route: string, policy: string) => void
   /** Usage changed after the fact: a request's refund or settle, or an adjust() call (decide/given-back.ts). */
-  usageChange: (route: string, source: 'refund' | 'settle' | 'adjust') => void
+  usageChange: (route: string, source: UsageChangeSource) => void
+  /** A request admitted at a reserved turn: the ms it is held (a block's `delay`). */
+  delay: (route: string, policy: string, delayMs: number) => void
   /** One script call to Redis: how many decisions it carried, and ms from write to reply (or failure). */
   storeCall: (size: number, latencyMs: number) => void
   /** Stops the event-loop sampler (at close). */
@@ -98,6 +105,7 @@ export const METRICS = {
   storeErrors: 'rate_limit.store.errors',
   denyCacheHits: 'rate_limit.deny_cache.hits',
   usageChanges: 'rate_limit.usage.changes',
+  delay: 'rate_limit.delay',
   batchSize: 'rate_limit.store.batch.size',
   storeLatency: 'rate_limit.store.latency',
   eventLoopDelay: 'rate_limit.event_loop.delay'
@@ -134,7 +142,8 @@ export async function loadMetrics (onThrow: (error: unknown) => void): Promise<M
   const duration = meter.createHistogram(METRICS.duration, { description: 'Time to take a rate limit decision', unit: 'ms' })
   const storeErrors = meter.createCounter(METRICS.storeErrors, { description: 'Rate limiter store failures by cause' })
   const denyHits = meter.createCounter(METRICS.denyCacheHits, { description: 'Requests refused by the local deny cache without a store round trip' })
-  const usageChanges = meter.createCounter(METRICS.usageChanges, { description: 'Usage changed after the fact (units given back or charged), by route and source: refund, settle, adjust' })
+  const usageChanges = meter.createCounter(METRICS.usageChanges, { description: 'Usage changed after the fact (units given back or charged), by route and source: refund, settle, adjust, abort' })
+  const delays = meter.createHistogram(METRICS.delay, { description: 'How long requests admitted at a reserved turn (a block\'s delay) are held', unit: 'ms' })
   const batchSize = meter.createHistogram(METRICS.batchSize, { description: 'Decisions carried by one script call to Redis' })
   const storeLatency = meter.createHistogram(METRICS.storeLatency, { description: 'Time from writing a script call to its reply (includes the wait for this process to read it)', unit: 'ms' })
   // A slow Redis shows in store latency alone; a saturated process shows in both, and here.
@@ -156,7 +165,8 @@ export async function loadMetrics (onThrow: (error: unknown) => void): Promise<M
     }, onThrow),
     storeError: isolated((route: string, cause: StoreErrorCause) => { storeErrors.add(1, { route, cause }) }, onThrow),
     denyCacheHit: isolated((route: string, policy: string) => { denyHits.add(1, { route, policy }) }, onThrow),
-    usageChange: isolated((route: string, source: 'refund' | 'settle' | 'adjust') => { usageChanges.add(1, { route, source }) }, onThrow),
+    usageChange: isolated((route: string, source: UsageChangeSource) => { usageChanges.add(1, { route, source }) }, onThrow),
+    delay: isolated((route: string, policy: string, delayMs: number) => { delays.record(delayMs, { route, policy }) }, onThrow),
     storeCall: isolated((size: number, latencyMs: number) => {
       batchSize.record(size)
       storeLatency.record(latencyMs)

@@ -4,6 +4,7 @@ import { Bans } from './fleet/bans.js'
 import { Overrides } from './fleet/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
+import { Holds } from './decide/holds.js'
 import { SlotKeeper } from './kinds/concurrency/decide.js'
 import type { IdentityContext, IdentityKind } from './keys/identity.js'
 import { bansKey, overridesKey } from './keys/layout.js'
@@ -89,7 +90,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     redirectGuard: redirectGuard(options.headers),
     allowList: options.allowList,
     refuse,
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0 },
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0, delayed: 0, delayAborted: 0, undelayed: 0, held: 0 },
+    holds: new Holds(options.maxDelayed),
     failures: new BurstLogger(elapsed),
     badInput: new BurstLogger(elapsed),
     telemetry: new BurstLogger(elapsed),
@@ -132,6 +134,7 @@ export function compileContext (
 
 /** Stops what the runtime started: the store, the override and ban polls, the local limiter, metrics. */
 export function closeRuntime (runtime: PluginRuntime): void {
+  runtime.holds.closeAll()
   runtime.slots.close()
   runtime.store.close()
   runtime.overrides.close()

@@ -3,7 +3,7 @@
 -- library runs it as the start of its batch function, where KEYS and ARGV are
 -- the function's arguments (a script reads them as locals the builder declares:
 -- a global's read is a table lookup, and the loop reads them per decision).
---@requires KEYS ARGV nowMs tonumber format blockSpec algorithm periodFn SPEC_STRIDE
+--@requires KEYS ARGV nowMs tonumber format byte blockSpec algorithm delayFn periodFn SPEC_STRIDE
 --@updates specOf numbered sFn sLimit sWindow sBurst sShadow sPenalty
 --@provides now specs
 
@@ -16,5 +16,11 @@ for s = 1, specs do
   local b = 3 + (s - 1) * SPEC_STRIDE
   local spec = blockSpec(ARGV[b])
   sFn[s], sLimit[s], sWindow[s], sBurst[s], sShadow[s], sPenalty[s] = algorithm(spec[1]), spec[2], spec[3], spec[4], spec[5], spec[6]
-  if ARGV[b + 1] ~= '' then sFn[s], sWindow[s] = periodFn(sFn[s], ARGV[b + 1], now) end
+  local tail = ARGV[b + 1]
+  if tail ~= '' then
+    -- 'd' or 'n' (100, 110): a delay; else a period's boundaries
+    local first = byte(tail)
+    if first == 100 or first == 110 then sFn[s] = delayFn(sFn[s], tail)
+    else sFn[s], sWindow[s] = periodFn(sFn[s], tail, now) end
+  end
 end

@@ -7,9 +7,11 @@
 --             specs of SPEC_STRIDE values: the spec's text (spec.lua:
 --             algorithm number, limit, windowMs, burst, shadow ('1' = decided
 --             and recorded, never blocks), penalty ('' or
---             'after:forMs:backoff:maxMs')), period ('' or a calendar
+--             'after:forMs:backoff:maxMs')), its kind's tail ('' or a calendar
 --             period's boundaries 'b0:b1:b2:b3', see lib/kinds/period/calendar.ts: the
---             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now)
+--             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now; or
+--             a delay's 'd<ms>' (turns may be reserved up to ms ahead) or 'n<ms>'
+--             (the same reach, no turn reserved: this instance holds no more))
 --   then per decision, in order, either
 --     s                (s > 0) one block of spec s, charged 1, no penalty: the
 --                      common case; its one key is next in KEYS
@@ -40,7 +42,8 @@
 -- later keeps it as its charge's time), then per decision in order its
 -- values, or its error text alone (the one string). A decision or peek answers per block `remaining * 4 + allowed`
 -- (allowed 0, 1, or 2 for a penalty), resetMs, then retryAfterMs unless
--- allowed is 1 (it is 0 then), then nextMs: three integers for an admitted
+-- allowed is 1 (it is 0 then), then nextMs; a reserved turn (a delay's
+-- allowed 4, remaining 0) answers `-wait`, resetMs, nextMs: three integers for an admitted
 -- block, four otherwise (each integer of a reply costs Redis a few hundred
 -- instructions and ioredis 0.1-0.3 µs). An admitted block whose resetMs and
 -- nextMs are both below REPLY_PACK (reply.lua) answers two: `remaining * 4 + 3`,
@@ -50,8 +53,8 @@
 -- The builder (lib/store/redis/scripts.ts) places this fragment at the top
 -- (a library keeps it between calls), then per call batch-specs.lua, the lazily
 -- built paths (multi.lua, penalty.lua, paths.lua: --@provides paths) and batch-loop.lua.
---@requires match tonumber
---@provides periodFn sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
+--@requires match tonumber sub
+--@provides delayFn periodFn sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
 -- A calendar period's block: fixed-window over the period holding now (its start
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
@@ -65,6 +68,13 @@ local function periodFn (fn, bounds, at)
     end
   end
   return function () error('now is outside the calendar periods sent') end, 1
+end
+
+-- A delay's block ('d<ms>' or 'n<ms>', see the header): the algorithm with its reach and
+-- whether it may reserve a turn (gcra.lua, token-bucket.lua).
+local function delayFn (fn, tail)
+  local reach, hold = tonumber(sub(tail, 2)), sub(tail, 1, 1) == 'd'
+  return function (key, limit, w, burst, cost, t, mode, chargedAt) return fn(key, limit, w, burst, cost, t, mode, chargedAt, reach, hold) end
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each

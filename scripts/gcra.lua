@@ -1,7 +1,7 @@
 -- gcra: generic cell rate algorithm. Emission interval I = W / limit ms, capacity burst:
 --@requires call floor ceil format packNumbers unpackNumbers
 -- a fresh key admits `burst` units at once, then one unit every I ms.
--- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt) with numbers;
+-- The chunk returns function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold) with numbers;
 --   mode 0 = charge, 1 = dry (decide and write nothing: peeks and the first pass of a
 --   multi-limit decision), 2 = refund `cost` units charged at ms `chargedAt` (returns 1 when
 --   given back, else 0), 3 = charge `cost` units without deciding (settle, adjust: never
@@ -10,9 +10,16 @@
 -- Exact integer arithmetic in units of 1/limit ms, relative to now: I = W units and
 -- the tolerance window is burst * W units; after an overdraft (mode 3) the debt
 -- reaches up to twice the tolerance, so 2 * burst * W stays below 2^53.
+-- A block with `delay` (batch.lua delayFn) passes reach = its delay in ms: a request the
+-- tolerance refuses but that fits within `reach` ms more is admitted with a wait (allowed 4,
+-- its retryAfterMs the wait: its turn is now + wait) when `hold` is true; with `hold` false
+-- (this instance holds no more requests) reach only bounds the stored debt, so reservations
+-- of other instances survive. The debt then reaches 2 * cap + reach * limit; a refund (mode 2)
+-- gives back only when chargedAt is the TAT its charge left, rounded up: it was the latest.
 -- State: tatMs, frac packed as '<dd' (prelude.lua), the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
--- Returns allowed, remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Returns allowed (0, 1, or 4 for a reserved turn), remaining, resetMs, retryAfterMs (the wait of a reserved
+-- turn), nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
 -- whole units left under the tolerance: 0 while the debt is beyond it (an overdraft)
 local function left (debt, cap, w)
@@ -26,9 +33,13 @@ local function nextMs (debt, cap, limit, w)
   return ceil((debt - (cap - (left(debt, cap, w) + 1) * w)) / limit)
 end
 
-return function (key, limit, w, burst, cost, now, mode)
+return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
 
   local cap = burst * w
+  -- the reservations' reach in units; top: the most debt an overdraft on top of them reaches
+  local dl = 0
+  if reach then dl = reach * limit end
+  local top = 2 * cap + dl
   -- d = max(0, TAT - now) in units of 1/limit ms
   local d = 0
   local stored = call('GET', key)
@@ -37,16 +48,18 @@ return function (key, limit, w, burst, cost, now, mode)
     if tatMs >= now then
       local dMs = tatMs - now
       -- a TAT further ahead than an overdrawn tolerance can reach (clock went backwards)
-      -- counts as the most it can be: twice the tolerance
-      local maxMs = floor((2 * cap) / limit) + 1
+      -- counts as the most it can be: twice the tolerance (plus the reservations' reach)
+      local maxMs = floor(top / limit) + 1
       if dMs > maxMs then dMs = maxMs end
       d = dMs * limit + frac
-      if d > 2 * cap then d = 2 * cap end
+      if d > top then d = top end
     end
   end
 
   if mode == 2 then
-    -- refund: the theoretical arrival time moves back by cost emission intervals (never before now)
+    -- refund: the theoretical arrival time moves back by cost emission intervals (never before now);
+    -- with reservations, only the latest one's (a later turn must not be given to a second caller)
+    if reach and now + ceil(d / limit) ~= chargedAt then return 0 end
     local rd = d - cost * w
     if rd <= 0 then
       call('DEL', key)
@@ -58,9 +71,9 @@ return function (key, limit, w, burst, cost, now, mode)
   end
 
   if mode == 3 then
-    -- charge without deciding: the debt may go beyond the tolerance, up to twice it
+    -- charge without deciding: the debt may go beyond the tolerance, up to twice it (plus the reach)
     local cd = d + cost * w
-    if cd > 2 * cap then cd = 2 * cap end
+    if cd > top then cd = top end
     local cwhole = floor(cd / limit)
     call('SET', key, packNumbers('<dd', now + cwhole, cd - cwhole * limit), 'PX', format('%d', ceil(cd / limit)))
     return 1
@@ -71,7 +84,16 @@ return function (key, limit, w, burst, cost, now, mode)
   end
   local nd = d + cost * w
   if nd > cap then
-    return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap) / limit), nextMs(d, cap, limit, w)
+    if nd <= cap + dl and hold then
+      -- a reserved turn, (nd - cap) / limit ms from now: nothing left until then
+      local dwhole = floor(nd / limit)
+      local dreset = ceil(nd / limit)
+      if mode == 0 then call('SET', key, packNumbers('<dd', now + dwhole, nd - dwhole * limit), 'PX', format('%d', dreset)) end
+      return 4, 0, dreset, ceil((nd - cap) / limit), nextMs(nd, cap, limit, w)
+    end
+    -- refused: its retry is when it would be held for the whole reach (or, holding none, admitted now)
+    if not hold then dl = 0 end
+    return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap - dl) / limit), nextMs(d, cap, limit, w)
   end
 
   -- admitted: nextMs and left inline (docs/performance.md, round 7); 0 < nd <= cap here

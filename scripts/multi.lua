@@ -27,8 +27,9 @@ local function decideAll (keys, fns, limits, windows, bursts, costs, shadows, n,
   local allowed = {}
   for i = 1, n do
     local a, r, reset, retry, nextMs = fns[i](keys[i], limits[i], windows[i], bursts[i], costs[i], now, 1)
-    allowed[i] = a == 1
-    if a ~= 1 and not shadows[i] then admit = false end
+    -- 4: admitted at a reserved turn (a delay)
+    allowed[i] = a == 1 or a == 4
+    if not allowed[i] and not shadows[i] then admit = false end
     local o = (i - 1) * DECISION_STRIDE
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, r, reset, retry, nextMs
   end

@@ -41,7 +41,7 @@ local function countRefusals (spec, pkeys, n, r)
   for i = 1, n do
     local s = spec[i]
     local o = (i - 1) * DECISION_STRIDE
-    if pkeys[i] and not sShadow[s] and r[o + 1] ~= 1 then
+    if pkeys[i] and not sShadow[s] and r[o + 1] ~= 1 and r[o + 1] ~= 4 then
       local untilMs = penaltyRefused(pkeys[i], sPenalty[s], sWindow[s], now)
       if untilMs then
         -- a penalty's wait is the documented exception: reset, retry and next all wait it out

@@ -2,7 +2,7 @@
 -- functions every decision calls, bound as locals by the builder
 -- (lib/store/redis/scripts.ts) right after this fragment, from the names
 -- declared below: a global lookup is two table reads per call.
---@binds call pcallRedis tonumber floor ceil min format find sub match packNumbers unpackNumbers
+--@binds call pcallRedis tonumber floor ceil min format find sub byte match packNumbers unpackNumbers
 --@provides libraryFunctions
 
 -- packNumbers, unpackNumbers: state format 2 (the uppercase key suffixes), an
@@ -14,7 +14,7 @@
 -- locals and binds them on its first call (lib/store/redis/library.ts).
 -- The values in the order of the --@binds line.
 local function libraryFunctions ()
-  return redis.call, redis.pcall, tonumber, math.floor, math.ceil, math.min, string.format, string.find, string.sub, string.match, struct.pack, struct.unpack
+  return redis.call, redis.pcall, tonumber, math.floor, math.ceil, math.min, string.format, string.find, string.sub, string.byte, string.match, struct.pack, struct.unpack
 end
 
 -- Integer division is floor(a / b) (ceil(a / b) rounding up), exact as it is

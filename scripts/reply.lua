@@ -22,8 +22,14 @@ local out = {}
 
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an
--- admitted block within REPLY_PACK, remaining * 4 + 3 and the packed pair; the new o.
+-- admitted block within REPLY_PACK, remaining * 4 + 3 and the packed pair, or for a
+-- reserved turn (allowed 4, remaining 0, retry its wait, at least 1 ms) -wait, resetMs,
+-- nextMs; the new o.
 local function emit (o, a, r, reset, retry, nextMs)
+  if a == 4 then
+    out[o + 1], out[o + 2], out[o + 3] = -retry, reset, nextMs
+    return o + 3
+  end
   if a == 1 then
     if reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
       out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs

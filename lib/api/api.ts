@@ -5,6 +5,7 @@ import { tableCells } from '../kinds/index.js'
 import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
+import { atTurn, scheduleSignal } from './schedule.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
 import type { Bans } from '../fleet/bans.js'
@@ -198,7 +199,7 @@ export function createApi (
   const { overrides, bans } = records
   return {
     policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
-    stats: () => ({ ...runtime.stats }),
+    stats: () => ({ ...runtime.stats, held: runtime.holds.size }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
       return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
@@ -219,6 +220,13 @@ export function createApi (
       const policy = registry.find(target, 'consume')
       const input = await apiInput(policy, identityInput(identity, 'consume'), apiCost(cost, 'consume'), overrides)
       return (await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)).decision
+    },
+    async schedule (target, identity, cost, options) {
+      const policy = registry.find(target, 'schedule')
+      const signal = scheduleSignal(options)
+      const input = await apiInput(policy, identityInput(identity, 'schedule'), apiCost(cost, 'schedule'), overrides)
+      const route = `api ${policy.route}`
+      return await atTurn(await evaluate(input, { log, route, source: 'api', holds: true }, runtime), runtime, { log, route, signal })
     },
     async acquire (target, identity) {
       return await acquireSlot(registry.find(target, 'acquire'), target, identity, { runtime, log, overrides })

@@ -17,6 +17,8 @@ export interface Verdict {
   shadowViolated: string[]
   /** The binding refusal's retry delay (ms), -1 when nothing was refused. */
   latestRetryMs: number
+  /** Admitted at a reserved turn: the longest wait over the enforced blocks that delay (ms); 0 when admitted now or refused. */
+  waitMs: number
 }
 
 /** The binding decision where no block was decided (a policy always has one; never read then). */
@@ -47,6 +49,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
   let latest = -1
   let fewest = Infinity
   let shadowBinding = -1
+  let waitMs = 0
   for (let i = 0; i < runs.length; i++) {
     const decision = decisions[i]
     if (decision === undefined) continue
@@ -61,10 +64,14 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
         binding = i
         top = decision
       }
-    } else if (!rejected && decision.remaining < fewest) {
-      fewest = decision.remaining
-      binding = i
-      top = decision
+    } else {
+      // A block without delay admitted now; the delaying ones reserved turns: the request waits for the last.
+      if (decision.waitMs !== undefined && decision.waitMs > waitMs) waitMs = decision.waitMs
+      if (!rejected && decision.remaining < fewest) {
+        fewest = decision.remaining
+        binding = i
+        top = decision
+      }
     }
   }
   const shadowLimited = !rejected && shadowBinding !== -1
@@ -76,9 +83,10 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     rejected,
     binding,
     top,
-    outcome: rejected ? (top.penalized === true ? 'penalized' : 'limited') : shadowLimited ? 'shadow-limited' : 'allowed',
+    outcome: rejected ? (top.penalized === true ? 'penalized' : 'limited') : waitMs > 0 ? 'delayed' : shadowLimited ? 'shadow-limited' : 'allowed',
     violated: rejected ? refusedNames(policy, runs, decisions, true) : [],
     shadowViolated: shadowLimited ? refusedNames(policy, runs, decisions, false) : [],
-    latestRetryMs: latest
+    latestRetryMs: latest,
+    waitMs: rejected ? 0 : waitMs
   }
 }

@@ -4,6 +4,7 @@ import type { Charge } from './decision-math.js'
 import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/decide.js'
+import type { Holds } from './holds.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { MemoryStore } from '../store/memory/store.js'
@@ -31,6 +32,8 @@ export interface Engine {
   localStore: () => MemoryStore
   /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */
   slots: SlotKeeper
+  /** Requests held for a reserved turn (a block's `delay`), bounded by maxDelayed. */
+  holds: Holds
 }
 
 /** Where outcomes are told: counters, metrics and logs throttled per burst. */
@@ -70,6 +73,8 @@ export interface DecisionOrigin {
   /** `GET /orders/:id`, or `api GET /orders/:id` for consume(). */
   route: string
   source: DecisionSource
+  /** The caller holds a request admitted at a later turn (a route, the API's schedule()); absent: only what fits now is admitted (consume()). */
+  holds?: boolean
 }
 
 /** The result of one decision, for the hook (headers, reply) and the API. */

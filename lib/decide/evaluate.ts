@@ -9,6 +9,7 @@ import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
 import { item } from '../util/item.js'
+import { withoutTurns } from '../kinds/window/delay.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'
@@ -154,6 +155,7 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   }
 
   // 2. One store call for every block; its failure → onRedisError.
+  if (input.policy.delays) input = turnsFor(input, origin, runtime)
   const call: StoreCall = { input, origin, runtime, done, fail, startedAt, now }
   if (breaker !== undefined && !breaker.allow()) {
     storeFailed(call, new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
@@ -174,6 +176,17 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     breaker?.report(error)
     storeFailed(call, error)
   })
+}
+
+/**
+ * A policy with `delay`: its runs may reserve a later turn only when the caller
+ * holds the request and this instance holds fewer than maxDelayed (counted
+ * `undelayed` when full); else only what fits now is admitted.
+ */
+function turnsFor (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): DecisionInput {
+  if (origin.holds === true && !runtime.holds.full) return input
+  if (origin.holds === true) runtime.stats.undelayed++
+  return { ...input, runs: withoutTurns(input.runs) }
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
@@ -201,6 +214,7 @@ function fromStore ({ input, origin, runtime, now }: StoreCall, decisions: RawDe
   } else {
     stats.allowed++
     if (outcome === 'shadow-limited') stats.shadowLimited++
+    else if (outcome === 'delayed') stats.delayed++
   }
   const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge')
   evaluation.chargedAt = at

@@ -55,6 +55,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
       policy: policy.blocks[binding]?.name ?? policy.name,
       degraded: outcome === 'degraded' || source === 'local',
       outcome,
+      delayMs: verdict.waitMs,
       tier: run?.tier,
       policies: policyDecisions(input, decisions, charge)
     },
@@ -87,9 +88,11 @@ export function publish (runtime: Reporter, input: DecisionInput, origin: Decisi
       tier: decision.tier,
       source: evaluation.source,
       durationMs,
+      delayMs: decision.delayMs,
       identityKinds: input.policy.identityKinds
     })
   }
+  if (decision.delayMs > 0) metrics?.delay(origin.route, decision.policy, decision.delayMs)
 }
 
 /** Publishes a decision no store call took: a skip (allowList, skip) or a ban's refusal. */
@@ -99,7 +102,7 @@ function publishWithoutStore (runtime: Reporter, policy: CompiledPolicy, outcome
   const durationMs = performance.now() - startedAt
   metrics?.decision(policy.route, policy.name, outcome, durationMs)
   if (decisionChannel.hasSubscribers) {
-    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome, violated: [], shadowViolated: [], tier: undefined, source, durationMs, identityKinds: [] })
+    decisionChannel.publish({ route: policy.route, policy: policy.name, outcome, violated: [], shadowViolated: [], tier: undefined, source, durationMs, delayMs: 0, identityKinds: [] })
   }
 }
 

@@ -1,7 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Runtime } from './contract.js'
+import type { DecisionInput, Runtime } from './contract.js'
+import type { RawDecision } from '../store/algorithms.js'
+import { item } from '../util/item.js'
 import type { Adjustment } from '../store/port.js'
 import type { DenyCache } from './deny-cache.js'
+import type { UsageChangeSource } from '../diagnostics.js'
 
 /*
  * The one path for usage changed after the fact, units given back among it:
@@ -20,8 +23,8 @@ import type { DenyCache } from './deny-cache.js'
  *   request) and the `rate_limit.usage.changes` counter.
  */
 
-/** What changed usage after the fact: a request's refundOn or settle, or an adjust() call. */
-export type UsageSource = 'refund' | 'settle' | 'adjust'
+/** What changed usage after the fact: a request's refundOn or settle, an adjust() call, or a held request whose client left. */
+export type UsageSource = UsageChangeSource
 
 /** One store call that changes usage: its entries, the sources they came from, the route (or `api <target>`) for metrics, and where a failing meter is logged. */
 export interface UsageChange {
@@ -29,6 +32,28 @@ export interface UsageChange {
   log: FastifyBaseLogger
   sources: readonly UsageSource[]
   entries: readonly Adjustment[]
+}
+
+/** The time a units change of block i sends with: its kind's mark of the charge at `chargedAt` (a delay's gcra turn), on the store's clock. */
+export function chargeTimeOf (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, chargedAt: number | undefined, i: number): number | undefined {
+  const decision = decisions[i]
+  const run = item(input.runs, i)
+  return chargedAt === undefined || decision === undefined ? chargedAt : run.kind.chargeMark(run, decision, chargedAt)
+}
+
+/**
+ * A held request (or schedule() call) that ended before its turn: every block
+ * that charged it gives the units back (docs/shaping.md: a gcra turn only
+ * while it is the latest reserved, a token bucket's always).
+ */
+export function unitsBack (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, chargedAt: number | undefined): Adjustment[] {
+  const out: Adjustment[] = []
+  for (let i = 0; i < input.runs.length; i++) {
+    const cost = item(input.costs, i)
+    if (decisions[i]?.allowed !== true || cost <= 0) continue
+    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: chargeTimeOf(input, decisions, chargedAt, i) })
+  }
+  return out
 }
 
 /** Drops the deny-cache entry of every key that units are given back to. */
@@ -46,6 +71,7 @@ export async function changeUsage (runtime: Runtime, change: UsageChange): Promi
   for (const source of change.sources) {
     if (source === 'refund') runtime.stats.refunded++
     else if (source === 'settle') runtime.stats.settled++
+    else if (source === 'abort') runtime.stats.delayAborted++
   }
   count(runtime, change)
   return changed

@@ -178,6 +178,11 @@ function install (state: PluginState): void {
     limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
   }
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () { await checkAtReady(state, this) })
+  // Held requests are answered before the server waits for in-flight ones (preClose runs first).
+  fastify.addHook('preClose', (done) => {
+    runtime.holds.closeAll()
+    done()
+  })
   fastify.addHook('onClose', async () => { closeRuntime(runtime) })
   const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)
   fastify.decorate(options.configKey, api)

@@ -1,4 +1,4 @@
-import type { BlockParams, RunAlgorithm } from '../store/algorithms.js'
+import type { BlockParams, RawDecision, RunAlgorithm } from '../store/algorithms.js'
 import type { CalendarPeriod, CalendarSpec } from './period/calendar.js'
 import type { PolicyBlockSummary } from '../types/index.js'
 import type { BlockRun } from '../store/port.js'
@@ -61,6 +61,12 @@ export interface BlockKind {
   specTail: (run: BlockRun) => string
   /** The run's numbers at `now` (a calendar period's start and length). */
   paramsAt: (run: BlockRun, now: number) => BlockParams
+  /**
+   * What a units change after the decision sends as its charge's time: the
+   * call's time `at`, or a delay's gcra turn (the arrival time its charge
+   * left, which a give-back must find unchanged: scripts/gcra.lua mode 2).
+   */
+  chargeMark: (run: BlockRun, decision: RawDecision, at: number) => number
   /** Until when the deny cache keeps a refusal answered until `until`; undefined: never cached. */
   denyHold: (run: BlockRun, now: number, until: number) => number | undefined
   headerTerms: (run: BlockRun) => HeaderTerms

@@ -4,6 +4,7 @@ import { BLOCK_KINDS, type KindName } from './contract.js'
 import { KINDS } from './index.js'
 import { readPeriodCounting } from './period/policy.js'
 import { readWindowCounting } from './window/policy.js'
+import { delayedWindowKind } from './window/kind.js'
 import type { Fail } from '../policy/block-fields.js'
 import { rateShape, type Shape } from '../policy/shape.js'
 import { item } from '../util/item.js'
@@ -19,6 +20,9 @@ export function readKind (input: Record<string, unknown>, fail: Fail): KindName 
   if (given.length > 1) {
     fail(item(given, 1), `cannot be combined with ${item(given, 0)}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
   }
+  if (given[0] !== undefined && given[0] !== 'window' && input.delay !== undefined) {
+    fail('delay', `only applies to a gcra or token-bucket block with window (this block has ${given[0]})`)
+  }
   if (given[0] !== 'period') {
     for (const field of ['timeZone', 'weekStart']) {
       if (input[field] !== undefined) fail(field, 'only applies to a block with period (a window is a duration aligned to the epoch)')
@@ -30,7 +34,10 @@ export function readKind (input: Record<string, unknown>, fail: Fail): KindName 
 interface ShapeContext { periodNow: () => number, leaseMs: number }
 
 const SHAPES: Readonly<Record<KindName, (input: Record<string, unknown>, fail: Fail, context: ShapeContext) => Shape>> = {
-  window: (input, fail) => rateShape(KINDS.window, readWindowCounting(input, fail), input, fail),
+  window: (input, fail) => {
+    const counting = readWindowCounting(input, fail)
+    return rateShape(counting.delayMs === undefined ? KINDS.window : delayedWindowKind, counting, input, fail)
+  },
   period: (input, fail, { periodNow }) => rateShape(KINDS.period, readPeriodCounting(input, fail, periodNow), input, fail),
   concurrency: (input, fail, { leaseMs }) => concurrencyShape(KINDS.concurrency, input, leaseMs, fail)
 }

@@ -27,6 +27,7 @@ export const DEFAULTS = {
   maxKeys: DEFAULT_MAX_KEYS,
   circuitBreaker: { failures: 5, cooldown: '250ms' },
   maxPending: 50_000,
+  maxDelayed: 10_000,
   configKey: 'rateLimit',
   lease: '60s',
   useErrorHandler: false

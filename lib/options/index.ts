@@ -67,6 +67,8 @@ export interface ResolvedOptions {
   batchWrites: boolean
   maxBatch: number
   maxPending: number
+  /** Requests held for a reserved turn (a block's `delay`), at most, per plugin instance. */
+  maxDelayed: number
   /** Instances sharing the limits (onRedisError 'local'); undefined: not given. */
   fleetSize: number | undefined
   maxKeys: number
@@ -89,7 +91,7 @@ type Input = Record<string, unknown>
 /** The store and how decisions reach it: store, redis, prefix, timeout, batching. */
 function resolveStore (
   options: Input
-): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxKeys'> {
+): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxDelayed' | 'maxKeys'> {
   const store = choice('store', options.store ?? DEFAULTS.store, STORES)
   const redis = options.redis
   if (redis !== undefined && clientPort(redis) === undefined) throw new FST_RRL_UNSUPPORTED_CLIENT('option `redis`', describeClient(redis))
@@ -109,6 +111,7 @@ function resolveStore (
     batchWrites: typeof options.batchWrites === 'boolean' ? options.batchWrites : DEFAULTS.batchWrites,
     maxBatch: integerOption(options, 'maxBatch', DEFAULTS.maxBatch, [1, MAX_BATCH]),
     maxPending: integerOption(options, 'maxPending', DEFAULTS.maxPending, [1, MAX_PENDING]),
+    maxDelayed: integerOption(options, 'maxDelayed', DEFAULTS.maxDelayed, [0, MAX_PENDING]),
     maxKeys: integerOption(options, 'maxKeys', DEFAULTS.maxKeys, [1, MAX_KEYS])
   }
 }

@@ -246,6 +246,7 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
   const shape = readShape(input, fail, context.periodNow, context.lease ?? DEFAULT_LEASE_MS)
   const cost = readCost(input, shape, fail)
   const choices = readChoices(input, context, position, fail)
+  if (shape.delayMs !== undefined && choices.mode === 'shadow') fail('delay', 'holds requests, which a shadow block never does (it only records): remove delay or mode \'shadow\'')
   const predicates = readPredicates(input, shape.algorithm, position, fail)
   const name = readName(input, method, url, position, fail)
   const identity = readIdentity(input, context, url, site, position)
@@ -265,7 +266,8 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
     penalty,
     localLimit,
     fleetSize: context.fleetSize,
-    period: shape.period
+    period: shape.period,
+    delayMs: shape.delayMs
   }
   return {
     name,

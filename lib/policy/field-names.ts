@@ -11,14 +11,15 @@ import { item } from '../util/item.js'
 export const OPTION_NAMES: ReadonlySet<string> = new Set([
   'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
   'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch',
-  'maxPending', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
+  'maxPending', 'maxDelayed', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
   'useErrorHandler', 'notFound', 'lease'
 ])
 
 /** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
-  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart', 'concurrency'
+  'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart', 'concurrency',
+  'delay'
 ])
 
 /** Where a name was given: the plugin options, or a block (a route's, defaultLimit, globalLimits, policies, notFound). */

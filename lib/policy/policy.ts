@@ -46,6 +46,8 @@ export interface CompiledPolicy extends KeyLayout {
   endOfRequest: boolean
   /** Some block's kind holds a slot per request: each request gets a slot id, and holds its slots until the response closes. */
   holdsSlots: boolean
+  /** Some block has a `delay`: a request may be admitted at a later turn and held until it (decide/holds.ts). */
+  delays: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
   allShadow: boolean
   /** The identity kinds of every block (for logs and the decision channel): kinds, never values. */
@@ -210,8 +212,10 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
     stage: routeStage(where, own, context.hook ?? 'onRequest', needsBody),
     requestLimits: blocks.some((block) => block.requestLimit !== undefined),
     skips: own.flatMap((block) => block.skip === undefined ? [] : [block.skip]),
-    endOfRequest: blocks.some((block) => block.refundOn !== undefined || block.settle !== undefined || block.kind.holdsSlot),
+    // A held request whose client leaves gives back what it charged, at the end of the request.
+    endOfRequest: blocks.some((block) => block.refundOn !== undefined || block.settle !== undefined || block.kind.holdsSlot || block.runSpec.delayMs !== undefined),
     holdsSlots: blocks.some((block) => block.kind.holdsSlot),
+    delays: blocks.some((block) => block.runSpec.delayMs !== undefined),
     allShadow: blocks.every((block) => block.mode === 'shadow'),
     identityKinds: [...new Set(identities.flatMap((identity) => identity.kinds))]
   }

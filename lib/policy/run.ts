@@ -23,6 +23,8 @@ export interface RunSpec {
   fleetSize: number | undefined
   /** The calendar period, when the block declares `period`: every run shares its boundaries. */
   period?: CalendarPeriod
+  /** gcra and token-bucket with `delay`: how far ahead a turn may be reserved. */
+  delayMs?: number | undefined
 }
 
 /**
@@ -50,7 +52,7 @@ export function buildRun (spec: RunSpec, tier: string | undefined, limit: number
   return {
     algorithm,
     algorithmNumber: spec.algorithmNumber,
-    params: { limit, windowMs, burst },
+    params: spec.delayMs === undefined ? { limit, windowMs, burst } : { limit, windowMs, burst, delayMs: spec.delayMs, hold: true },
     kind: spec.kind,
     shadow: spec.shadow,
     tier,

@@ -20,6 +20,8 @@ export interface Shape {
   windowMs: number
   /** The calendar period, when the block declares `period`. */
   period: CalendarPeriod | undefined
+  /** gcra and token-bucket: how far ahead a turn may be reserved (the block's `delay`), undefined without one. */
+  delayMs: number | undefined
   limits: Counts
   bursts: Map<string | undefined, number> | undefined
   /** Every tier named in either map (undefined alone without tiers). */
@@ -27,21 +29,31 @@ export interface Shape {
 }
 
 /** The largest limit, as an error states it: why it is what it is. */
-function maxLimitText (algorithm: AlgorithmName, windowMs: number, maxLimit: number): string {
+function maxLimitText (algorithm: AlgorithmName, windowMs: number, maxLimit: number, delayMs: number | undefined): string {
   if (algorithm === 'sliding-log') return `${maxLimit} for sliding-log (one sorted-set entry per request)`
   if (maxLimit === MAX_LIMIT) return String(maxLimit)
+  if (delayMs !== undefined) return `${maxLimit}, the largest for a ${windowMs} ms window and a ${delayMs} ms delay (${algorithm} needs 2 × burst × window + limit × delay below 2^53)`
   return `${maxLimit}, the largest for a ${windowMs} ms window (${algorithm} needs max(limit, burst) × window below 2^53)`
 }
 
-/** What a rate block counts with: its algorithm and window (a period: fixed-window over the period's nominal length). */
-export interface Counting { algorithm: AlgorithmName, windowMs: number, period: CalendarPeriod | undefined }
+/** What a rate block counts with: its algorithm and window (a period: fixed-window over the period's nominal length), and its delay. */
+export interface Counting { algorithm: AlgorithmName, windowMs: number, period: CalendarPeriod | undefined, delayMs: number | undefined }
+
+/**
+ * The largest limit and burst: the algorithm's, and with a delay (the stored
+ * debt reaches 2 × burst × window + limit × delay) one that keeps that exact.
+ */
+function maxLimitOf (algorithm: AlgorithmName, windowMs: number, delayMs: number | undefined): number {
+  const own = maxLimitFor(algorithm, windowMs)
+  return delayMs === undefined ? own : Math.min(own, Math.floor(Number.MAX_SAFE_INTEGER / (2 * windowMs + delayMs)))
+}
 
 /** A rate block's shape (a window or a period): its limit and burst per tier, within the algorithm's bounds. */
 export function rateShape (kind: BlockKind, counting: Counting, input: Record<string, unknown>, fail: Fail): Shape {
-  const { algorithm, windowMs, period } = counting
+  const { algorithm, windowMs, period, delayMs } = counting
   const bursty = isBursty(algorithm)
-  const maxLimit = maxLimitFor(algorithm, windowMs)
-  const maxText = maxLimitText(algorithm, windowMs, maxLimit)
+  const maxLimit = maxLimitOf(algorithm, windowMs, delayMs)
+  const maxText = maxLimitText(algorithm, windowMs, maxLimit, delayMs)
   const limits = readCounts(input.limit, 'limit', maxLimit, maxText, fail)
   let bursts: Shape['bursts']
   if (input.burst !== undefined) {
@@ -52,7 +64,7 @@ export function rateShape (kind: BlockKind, counting: Counting, input: Record<st
   // Every tier named in either map gets a run; a tier missing from one map takes that map's fallback.
   const tierNames = named.length > 0 ? [...new Set([FALLBACK_TIER, ...named])] : [undefined]
   const algorithmNumber = ALGORITHMS.indexOf(algorithm) + 1
-  return { kind, algorithm, algorithmNumber, bursty, maxLimit, windowMs, period, limits, bursts, tierNames }
+  return { kind, algorithm, algorithmNumber, bursty, maxLimit, windowMs, period, delayMs, limits, bursts, tierNames }
 }
 
 export function isTiered (shape: Shape): boolean {

@@ -34,7 +34,7 @@ export function refuseBanned (route: { policy: CompiledPolicy, runtime: BanRunti
   const now = runtime.clock()
   // The time left by the time bans are judged by (Redis's), not this host's clock.
   const leftMs = ban.expiresAt === null ? -1 : Math.max(1, ban.expiresAt - runtime.bans.now())
-  const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', tier: undefined, policies: [] }
+  const decision: RateLimitDecision = { allowed: false, limit: 0, remaining: 0, resetMs: leftMs, retryAfterMs: leftMs, policy: policy.name, degraded: false, outcome: 'banned', delayMs: 0, tier: undefined, policies: [] }
   request.rateLimit = decision
   try {
     recordBan(runtime, policy, startedAt)

@@ -4,7 +4,7 @@ import type { DecisionInput, Runtime as DecisionRuntime } from '../decide/evalua
 import type { CompiledPolicy } from '../policy/policy.js'
 import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../kinds/concurrency/decide.js'
-import { changeUsage, type UsageSource } from '../decide/given-back.js'
+import { chargeTimeOf, changeUsage, unitsBack, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime } from './inputs.js'
 import { item } from '../util/item.js'
@@ -53,6 +53,8 @@ export interface Ending {
   chargedAt: number | undefined
   /** The concurrency slots the request holds, if any. */
   slots?: HeldSlots | undefined
+  /** Waiting for its reserved turn (request/held-request.ts): ending now, it never ran, and gives back what it charged. */
+  held: boolean
 }
 
 /** Whether block i charged this request (every admitted decision was charged). */
@@ -74,6 +76,11 @@ function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: Fas
   return false
 }
 
+/** The time a units change of block i sends with (given-back.ts chargeTime). */
+function chargeTime (ending: Ending, i: number): number | undefined {
+  return chargeTimeOf(ending.input, ending.decisions, ending.chargedAt, i)
+}
+
 /** refundOn: a matching reply gives back what each such block charged. */
 function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] {
   const { policy, input } = ending
@@ -83,7 +90,7 @@ function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
     const cost = item(input.costs, i)
     if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
     if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
-    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: ending.chargedAt })
+    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: chargeTime(ending, i) })
   }
   return out
 }
@@ -138,7 +145,7 @@ function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, 
   }
   const entries = (): Adjustment[] => {
     const out: Adjustment[] = []
-    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units, chargedAt: ending.chargedAt }) })
+    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units, chargedAt: chargeTime(ending, i) }) })
     return out
   }
   return pending === undefined ? entries() : Promise.all(pending).then(entries)
@@ -158,6 +165,11 @@ async function send (entries: readonly Adjustment[], sources: readonly UsageSour
 
 /** The request ended: every source's entries in one store call (counted there, when it succeeded). */
 async function ended (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Promise<void> {
+  if (ending.held) {
+    const entries = [...unitsBack(ending.input, ending.decisions, ending.chargedAt), ...releases(ending, runtime)]
+    if (entries.length > 0) await send(entries, ['abort'], request, runtime, ending.policy.route)
+    return
+  }
   const refunded = refunds(ending, request, reply, runtime)
   // Taken in the tick the response closed: renewals stop now, whatever a settle awaits.
   const released = releases(ending, runtime)

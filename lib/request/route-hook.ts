@@ -10,7 +10,8 @@ import { refuseBanned, type BanRuntime } from './ban-refusal.js'
 import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime, type SkipCheck } from './inputs.js'
-import { trackEnd } from './end-of-request.js'
+import { trackEnd, type Ending } from './end-of-request.js'
+import { holdRequest } from './held-request.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
 
 /*
@@ -71,12 +72,14 @@ function decisionInput (ctx: RouteContext, request: FastifyRequest): DecisionInp
  * the store). Right after the decision: nothing may throw between taking a
  * slot and arranging its release.
  */
-function trackAdmitted ({ policy, runtime }: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): void {
+function trackAdmitted ({ policy, runtime }: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): Ending | undefined {
   const slots = policy.holdsSlots ? holdSlots(runtime, input, evaluation, request.log) : undefined
   const charged = !evaluation.decision.degraded
-  if (!charged && slots === undefined) return
+  if (!charged && slots === undefined) return undefined
   // The charge's time as the store read it (it came back with the call): a reply read late must not move a give-back into the next window.
-  trackEnd(request, reply, { policy, input, decisions: charged ? evaluation.decisions : [], chargedAt: evaluation.chargedAt, slots }, runtime)
+  const ending: Ending = { policy, input, decisions: charged ? evaluation.decisions : [], chargedAt: evaluation.chargedAt, slots, held: false }
+  trackEnd(request, reply, ending, runtime)
+  return ending
 }
 
 /** Fastify's `done` of a callback-style hook: nothing to continue, an error for the error handler. */
@@ -99,24 +102,32 @@ function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply
   return ctx.runtime.refuse(request, reply, ctx.policy, { statusCode, retryAfter: evaluation.retrySeconds, violatedPolicies: statusCode === 429 ? evaluation.violated : [], decision: evaluation.decision })
 }
 
-/** After the decision: headers, then undefined (go on) or the refusal (sent, or thrown for the error handler). */
-function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): FastifyReply | undefined {
+/**
+ * After the decision: headers, then undefined (go on), the refusal (sent, or
+ * thrown for the error handler), or for a request admitted at a later turn
+ * whether it ended without going on (held-request.ts).
+ */
+function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): FastifyReply | undefined | Promise<boolean> {
   const { policy, runtime } = ctx
   request.rateLimit = evaluation.decision
-  if (!evaluation.rejected && policy.endOfRequest) trackAdmitted(ctx, request, reply, input, evaluation)
+  const ending = !evaluation.rejected && policy.endOfRequest ? trackAdmitted(ctx, request, reply, input, evaluation) : undefined
   if (evaluation.decision.degraded) {
     // A local decision (onRedisError 'local') refuses with 429 like the store; no quota headers, the fleet's is unknown.
     if (!evaluation.rejected) return undefined
     return refuse(ctx, request, reply, evaluation, evaluation.source === 'local' ? 429 : 503)
   }
   runtime.writeHeaders(reply, evaluation)
-  if (!evaluation.rejected) return undefined
+  if (!evaluation.rejected) {
+    const { decision } = evaluation
+    return decision.delayMs > 0 && ending !== undefined ? holdRequest(ctx, request, reply, ending, decision) : undefined
+  }
   return refuse(ctx, request, reply, evaluation, 429)
 }
 
 // The slow paths resolve to whether a reply was sent, never to the reply: a reply is a thenable.
 async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<boolean> {
-  return respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store' }, ctx.runtime)) !== undefined
+  const answer = respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store', holds: true }, ctx.runtime))
+  return answer instanceof Promise ? await answer : answer !== undefined
 }
 
 /** Bans and skip checks first (either may wait on the application), then the decision. */
@@ -150,7 +161,7 @@ async function screenThenDecide (ctx: RouteContext, request: FastifyRequest, rep
  */
 function finisher (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, next: HookNext): (evaluation: Evaluation) => void {
   return (evaluation) => {
-    let sent: FastifyReply | undefined
+    let sent: ReturnType<typeof respond>
     try {
       sent = respond(ctx, request, reply, input, evaluation)
     } catch (error) {
@@ -158,6 +169,7 @@ function finisher (ctx: RouteContext, request: FastifyRequest, reply: FastifyRep
       return
     }
     if (sent === undefined) next()
+    else if (sent instanceof Promise) continueAfter(sent, next)
   }
 }
 
@@ -188,6 +200,6 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime):
       continueAfter(input.then((ready) => decideAsync(ctx, request, reply, ready)), next)
       return
     }
-    evaluateThen(input, { log: request.log, route, source: 'store' }, runtime, finisher(ctx, request, reply, input, next), next)
+    evaluateThen(input, { log: request.log, route, source: 'store', holds: true }, runtime, finisher(ctx, request, reply, input, next), next)
   }
 }

@@ -43,6 +43,10 @@ export interface BlockParams {
   burst: number
   /** fixed-window over a calendar period: the period's start (windowMs is then its length); else epoch-aligned. */
   start?: number
+  /** gcra and token-bucket with `delay`: how far ahead (ms) a turn may be reserved, the reach of the stored state. */
+  delayMs?: number
+  /** With delayMs, false: decide within that reach but reserve no turn (this instance holds maxDelayed requests). */
+  hold?: boolean
 }
 
 /** What one algorithm answers for one request. All values are integers. */
@@ -61,4 +65,6 @@ export interface RawDecision {
   nextMs: number
   /** Refused because the identity is serving a penalty (escalation), not by the algorithm alone. */
   penalized?: boolean
+  /** Admitted at a turn reserved this many ms from the decision (a block's `delay`); absent: admitted now. */
+  waitMs?: number
 }

@@ -18,7 +18,12 @@ export interface RateLimitDecision {
    * `'shadow-limited'`: a shadow policy would have refused; the request went on. `'penalized'`: refused by a penalty.
    * `'banned'`: refused by an operator ban (`ban()`); `retryAfterMs` and `resetMs` are then the ban's time left, -1 when permanent.
    */
-  outcome: 'allowed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'
+  outcome: 'allowed' | 'delayed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'
+  /**
+   * Outcome `'delayed'`: the ms this request was held for the turn its
+   * blocks' `delay` reserved (the longest over them); 0 when admitted at once.
+   */
+  delayMs: number
   /** The tier applied, when the route has tier maps. */
   tier: string | undefined
   /** Every policy decided for this request (the top-level fields are the binding one's). */
@@ -134,6 +139,14 @@ export interface RateLimitStats {
   skipped: number
   /** Requests refused by an operator ban (not counted in `limited`; no store call). */
   banned: number
+  /** Requests admitted at a later turn and held until it (a block's `delay`; also counted in `allowed`). */
+  delayed: number
+  /** Held requests whose client left before their turn: what they charged was given back (docs/shaping.md). */
+  delayAborted: number
+  /** Decisions sent without `delay` because this instance held `maxDelayed` requests: only what fits now is admitted. */
+  undelayed: number
+  /** Requests this instance holds now (not a counter). */
+  held: number
 }
 
 /** What `setOverride` takes. */
@@ -240,6 +253,18 @@ export interface RateLimitApi {
    * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
    */
   consume: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
+  /**
+   * Waits for the caller's turn (outbound calls sharing one upstream budget
+   * across the fleet): charges `cost` (default 1) as consume does, but where
+   * a block has `delay` it may reserve a later turn, fleet-wide, and resolves
+   * at it (`delayMs` says how long it waited). Rejects with
+   * FST_RRL_RATE_LIMITED (`retryAfter`, `rateLimit`) when the turn is further
+   * than `delay`, with the signal's reason when `signal` aborts first, and
+   * with FST_RRL_LIMITER_UNAVAILABLE when the plugin closes first or the store
+   * failed and onRedisError refuses; an abort or close gives back what it
+   * charged (docs/shaping.md). consume() never waits: it admits only what fits now.
+   */
+  schedule: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number, options?: { signal?: AbortSignal }) => Promise<RateLimitDecision>
   /**
    * Takes a slot of every concurrency block of `target` for the caller (and
    * charges its rate blocks one unit, all-or-nothing, as consume does), for

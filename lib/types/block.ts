@@ -45,6 +45,14 @@ export interface RateLimitWindowBlock extends RateLimitBlockFields {
   algorithm?: AlgorithmName
   /** Token-bucket / GCRA capacity; default `limit`. May be a tier map too. */
   burst?: TieredCount
+  /**
+   * gcra and token-bucket only: shape instead of refuse. A request that would
+   * be refused, but whose turn comes within `delay`, is admitted at that turn
+   * (reserved fleet-wide in the same script call) and held on this instance
+   * until it; further than `delay`, it is refused. Milliseconds or a duration
+   * string, up to 60 s. See docs/shaping.md.
+   */
+  delay?: number | string
   period?: never
   timeZone?: never
   weekStart?: never
@@ -62,6 +70,7 @@ export interface RateLimitPeriodBlock extends RateLimitBlockFields {
   algorithm?: 'fixed-window'
   window?: never
   burst?: never
+  delay?: never
 }
 
 /** One route's declared limit: `config: { rateLimit: { ... } }`, over a `window` or a calendar `period`. */

@@ -131,6 +131,13 @@ export interface RateLimitPluginOptions {
    */
   maxPending?: number
   /**
+   * Requests held for a reserved turn (a gcra or token-bucket block's
+   * `delay`), at most, per plugin instance (0 to 1,000,000); default 10,000.
+   * Beyond it this instance decides without delay: only what fits now is
+   * admitted, and no turn is reserved (`stats().undelayed`).
+   */
+  maxDelayed?: number
+  /**
    * Test clock: milliseconds since the epoch. When set, scripts use it instead
    * of Redis `TIME`. For tests only; production uses the Redis clock.
    */

@@ -16,6 +16,7 @@ export const concurrencyKind: BlockKind = {
   lone: false,
   callArg: (_cost, slot) => slot ?? '',
   specTail: () => '',
+  chargeMark: (_run, _decision, at) => at,
   paramsAt: (run) => run.params,
   // A slot may free at any moment: a refusal is never cached.
   denyHold: () => undefined,

@@ -35,5 +35,5 @@ export function concurrencyShape (kind: BlockKind, input: Record<string, unknown
   checkSlotFields(input, fail)
   const limits = readCounts(input.concurrency, 'concurrency', MAX_CONCURRENCY, String(MAX_CONCURRENCY), fail)
   const named = limits.map(([tier]) => tier).filter((tier) => tier !== undefined)
-  return { kind, algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
+  return { kind, algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, delayMs: undefined, limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
 }

@@ -45,6 +45,7 @@ export const periodKind: BlockKind = {
   lone: false,
   callArg: (cost) => cost,
   specTail: (run) => boundariesOf(run).arg(),
+  chargeMark: (_run, _decision, at) => at,
   paramsAt,
   // A quota: units given back elsewhere are seen within LONG_HOLD_MS.
   denyHold: (_run, now, until) => Math.min(until, now + LONG_HOLD_MS),

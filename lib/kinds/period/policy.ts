@@ -39,5 +39,5 @@ export function readPeriod (input: Record<string, unknown>, fail: Fail, now: () 
 /** A period block counts by fixed-window over the period; its static window is the nominal length. */
 export function readPeriodCounting (input: Record<string, unknown>, fail: Fail, now: () => number): Counting {
   const period = readPeriod(input, fail, now)
-  return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period }
+  return { algorithm: 'fixed-window', windowMs: NOMINAL_PERIOD_MS[period.spec.unit], period, delayMs: undefined }
 }

@@ -23,6 +23,16 @@ const SUFFIX: Record<AlgorithmName, string> = {
   gcra: 'GC'
 }
 
+/**
+ * A block with `delay` keeps reservations the undelayed scripts would clamp
+ * away (a debt past twice the tolerance, a level below one capacity), so its
+ * state has codes of its own: an instance without delay never reads it in a deploy.
+ */
+const DELAYED_SUFFIX: Partial<Record<AlgorithmName, string>> = {
+  'token-bucket': 'TD',
+  gcra: 'GD'
+}
+
 const DAY_MS = 86_400_000
 /** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
 const DECIMAL_SUFFIX_MAX_MS = DAY_MS
@@ -61,26 +71,47 @@ export function rateTerms (algorithm: RunAlgorithm, limit: number, burst: number
   return { quota: bursty ? burst : limit, windowSeconds, params: `;w=${windowSeconds}`, slots: false }
 }
 
+/**
+ * A window up to a day: `SW60000` (the algorithm, the window in ms); a
+ * longer one: `SW~` + the ms in base 36 (`SW~eiz5s00` for 366 days; `~`
+ * never appears in the decimal form, so the two cannot meet).
+ */
+function windowSuffix (code: string, windowMs: number): string {
+  return windowMs <= DECIMAL_SUFFIX_MAX_MS ? code + windowMs : `${code}~${windowMs.toString(36)}`
+}
+
 export const windowKind: BlockKind = {
   name: 'window',
-  /**
-   * A window up to a day: `SW60000` (the algorithm, the window in ms); a
-   * longer one: `SW~` + the ms in base 36 (`SW~eiz5s00` for 366 days; `~`
-   * never appears in the decimal form, so the two cannot meet).
-   */
-  keySuffix: ({ algorithm, windowMs }) => {
-    const code = SUFFIX[nameOf(algorithm)]
-    return windowMs <= DECIMAL_SUFFIX_MAX_MS ? code + windowMs : `${code}~${windowMs.toString(36)}`
-  },
+  keySuffix: ({ algorithm, windowMs }) => windowSuffix(SUFFIX[nameOf(algorithm)], windowMs),
   holdsSlot: false,
   straight: true,
   lone: true,
   callArg: (cost) => cost,
   specTail: () => '',
+  chargeMark: (_run, _decision, at) => at,
   paramsAt: (run) => run.params,
   // A window longer than a day is a quota: units given back elsewhere are seen within LONG_HOLD_MS.
   denyHold: (run, now, until) => run.params.windowMs > DAY_MS ? Math.min(until, now + LONG_HOLD_MS) : until,
   headerTerms: (run) => rateTerms(run.algorithm, run.params.limit, run.params.burst, run.params.windowMs),
   memoryStep: (state, run, arg, now) => algorithmOf(run.algorithm).step(state, run.params, Number(arg), now),
   memoryUnits: unitsBy((run) => algorithmOf(run.algorithm), (run) => run.params)
+}
+
+/**
+ * A gcra or token-bucket window with `delay`: the window kind whose runs may
+ * reserve a later turn. Its spec's tail carries the reach ('d<ms>', or
+ * 'n<ms>' for a run that reserves none: scripts/batch.lua delayFn), so the
+ * lone scripts, which take no tail, never run it.
+ */
+export const delayedWindowKind: BlockKind = {
+  ...windowKind,
+  keySuffix: ({ algorithm, windowMs }) => {
+    const code = DELAYED_SUFFIX[nameOf(algorithm)]
+    if (code === undefined) throw new TypeError('only gcra and token-bucket blocks delay')
+    return windowSuffix(code, windowMs)
+  },
+  lone: false,
+  specTail: ({ params }) => `${params.hold === false ? 'n' : 'd'}${params.delayMs ?? 0}`,
+  // A gcra turn is given back only while its arrival time is the latest: the one its charge left, rounded up.
+  chargeMark: (run, decision, at) => run.algorithm === 'gcra' ? at + decision.resetMs : at
 }

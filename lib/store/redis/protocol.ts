@@ -31,6 +31,9 @@ export const SCRIPT_MODE = {
 /** Values per block spec in a batch (specs.ts): its text, its kind's tail (a period's boundaries, else ''). */
 export const SPEC_STRIDE = 2
 
+/** A block admitted at a reserved turn (a delay: scripts/gcra.lua, token-bucket.lua), as the scripts' `allowed`; its retryAfterMs is the wait. */
+export const RESERVED = 4
+
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
 
@@ -183,7 +186,16 @@ export function frameLone (calls: readonly EncodedCall[], now: number | undefine
 function readBlocks (list: readonly unknown[], at: number, blocks: number, values: number[]): number {
   for (let b = 0; b < blocks; b++) {
     const head = list[at]
-    if (!isInteger(head) || head < 0) return -1
+    if (!isInteger(head)) return -1
+    if (head < 0) {
+      // A reserved turn (a delay): -wait, resetMs, nextMs; nothing remains until it.
+      const resetMs = list[at + 1]
+      const nextMs = list[at + 2]
+      if (typeof resetMs !== 'number' || typeof nextMs !== 'number') return -1
+      values.push(RESERVED, 0, resetMs, -head, nextMs)
+      at += 3
+      continue
+    }
     const allowed = head % 4
     if (allowed === 3) {
       const packed = list[at + 1]
@@ -252,12 +264,17 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
   return { at: now, results: out }
 }
 
-/** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, or 2 for a penalty. */
+/** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, 2 for a penalty, or RESERVED (its retryAfterMs the wait). */
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
   for (let i = 0; i < values.length; i += DECISION_STRIDE) {
-    const decision: RawDecision = { allowed: values[i] === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
-    if (values[i] === 2) decision.penalized = true
+    const head = values[i]
+    if (head === RESERVED) {
+      out.push({ allowed: true, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: 0, nextMs: item(values, i + 4), waitMs: item(values, i + 3) })
+      continue
+    }
+    const decision: RawDecision = { allowed: head === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
+    if (head === 2) decision.penalized = true
     out.push(decision)
   }
   return out

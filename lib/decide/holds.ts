@@ -1,0 +1,59 @@
+/*
+ * Requests (and API calls) admitted at a later turn (a block's `delay`) and
+ * held on this instance until it: a timer each, no further store call. The
+ * number held is bounded (`maxDelayed`): past it the engine decides without
+ * delay (kinds/window/delay.ts withoutTurns), so no turn is reserved for a
+ * request this instance would not hold. Each held entry ends exactly once: at
+ * its turn, when its caller leaves (cancel), or when the plugin closes.
+ */
+
+/** One held request: `turn` at its time, `close` if the plugin closes first. */
+interface Held {
+  timer: NodeJS.Timeout
+  turn: () => void
+  close: () => void
+}
+
+export class Holds {
+  readonly #max: number
+  readonly #held = new Set<Held>()
+
+  constructor (max: number) {
+    this.#max = max
+  }
+
+  /** How many are held now. */
+  get size (): number {
+    return this.#held.size
+  }
+
+  /** No more may be held: decide without delay. */
+  get full (): boolean {
+    return this.#held.size >= this.#max
+  }
+
+  /** Holds for `waitMs`, then `turn()`; `close()` instead if closeAll comes first. Returns the cancel (its caller left): it ends the hold silently. */
+  hold (waitMs: number, turn: () => void, close: () => void): () => void {
+    const held: Held = {
+      timer: setTimeout(() => {
+        if (this.#held.delete(held)) turn()
+      }, waitMs),
+      turn,
+      close
+    }
+    this.#held.add(held)
+    return () => {
+      if (this.#held.delete(held)) clearTimeout(held.timer)
+    }
+  }
+
+  /** The plugin closes: every held entry is answered by its `close`, none waits for its turn. */
+  closeAll (): void {
+    const all = [...this.#held]
+    this.#held.clear()
+    for (const held of all) {
+      clearTimeout(held.timer)
+      held.close()
+    }
+  }
+}

@@ -1,0 +1,27 @@
+import type { BlockRun } from '../../store/port.js'
+
+/*
+ * A block's `delay` on the engine's side: the runs a decision takes when no
+ * turn may be reserved (this instance holds maxDelayed requests, or the caller
+ * would not wait: consume()). They keep the delay's reach, so the scripts
+ * keep every reservation already stored (scripts/gcra.lua, token-bucket.lua),
+ * and admit only what fits now.
+ */
+
+const twins = new WeakMap<BlockRun, BlockRun>()
+
+/** The run without turns: the same numbers and key, `hold: false` (built once per run). */
+function withoutTurn (run: BlockRun): BlockRun {
+  if (run.params.delayMs === undefined) return run
+  let twin = twins.get(run)
+  if (twin === undefined) {
+    twin = { ...run, params: { ...run.params, hold: false } }
+    twins.set(run, twin)
+  }
+  return twin
+}
+
+/** Every run without turns. */
+export function withoutTurns (runs: readonly BlockRun[]): BlockRun[] {
+  return runs.map(withoutTurn)
+}

@@ -1,0 +1,49 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { performance } from 'node:perf_hooks'
+import type { CompiledPolicy } from '../policy/policy.js'
+import type { Ending } from './end-of-request.js'
+import type { RouteRuntime } from './route-hook.js'
+import { retryAfterSeconds } from '../decide/decision-math.js'
+import type { RateLimitDecision } from '../types/index.js'
+
+/*
+ * A request admitted at a later turn (a block's `delay`): its headers are
+ * written, and it waits on this instance (decide/holds.ts) until the turn,
+ * then goes on to its handler. While it waits its Ending is `held`: if the
+ * client leaves, the end of the request gives back what it charged
+ * (end-of-request.ts abandoned); if the plugin closes, it is answered 503
+ * through the route's refusal path (Retry-After: the time its turn was
+ * still away) and gives back the same way.
+ */
+
+/** Resolves false at the turn (go on), true when the request ended without going on; rejects with a refusal thrown for the error handler. */
+export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision): Promise<boolean> {
+  const { delayMs } = decision
+  const { policy, runtime } = ctx
+  ending.held = true
+  const raw = reply.raw
+  // The client left while the store decided: the end of the request has fired already.
+  if (raw.closed || raw.destroyed) return Promise.resolve(true)
+  const turnAt = performance.now() + delayMs
+  return new Promise((resolve, reject) => {
+    const left = (): void => {
+      cancel()
+      resolve(true)
+    }
+    const cancel = runtime.holds.hold(delayMs, () => {
+      raw.off('close', left)
+      ending.held = false
+      resolve(false)
+    }, () => {
+      raw.off('close', left)
+      const retryAfter = retryAfterSeconds(Math.max(1, turnAt - performance.now()))
+      try {
+        runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
+        resolve(true)
+      } catch (error) {
+        reject(error)
+      }
+    })
+    raw.once('close', left)
+  })
+}

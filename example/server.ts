@@ -105,7 +105,11 @@ await app.register(rateLimit, {
   // Plans for the tier maps below (a real service would read them from the authenticated user).
   tier: (req) => req.headers['x-plan'] as string | undefined,
   // Limits outside HTTP routes, for fastify.rateLimit.consume().
-  policies: { 'email-send': { limit: 3, window: '1h', by: 'user', algorithm: 'sliding-log' } },
+  // 'upstream': one budget for the fleet's outbound calls, 5 per second, each call waiting its turn (schedule()).
+  policies: {
+    'email-send': { limit: 3, window: '1h', by: 'user', algorithm: 'sliding-log' },
+    upstream: { algorithm: 'gcra', limit: 5, window: '1s', burst: 1, delay: '2s', by: 'api-key' }
+  },
   // A table of every route's limits in the startup log.
   printPolicies: true,
   // How many instances share the limits: each enforces limit / fleetSize on its own while Redis is down
@@ -213,6 +217,25 @@ app.get('/render', {
     req.signal.addEventListener('abort', () => { clearTimeout(timer); resolve() })
   })
   return { rendered: !req.signal.aborted, free: req.rateLimit?.remaining }
+})
+
+// Thumbnails: shaped instead of refused. 5 per second per IP; a request whose turn comes within 500 ms
+// is held until it (turns reserved fleet-wide), one past that is refused. docs/shaping.md.
+app.get('/thumbnails', {
+  config: { rateLimit: { algorithm: 'gcra', limit: 5, window: '1s', delay: '500ms', by: 'ip', name: 'thumbnails' } }
+}, async (req) => ({ outcome: req.rateLimit?.outcome, delayMs: req.rateLimit?.delayMs }))
+
+// Charge: an outbound call to a payment provider, at most 5 per second for the whole fleet; each call
+// waits for its turn (schedule()), and one whose turn is more than 2 s away is refused.
+app.post('/charge', { config: { rateLimit: false } }, async (_req, reply) => {
+  try {
+    const decision = await app.rateLimit.schedule('upstream', { apiKey: 'payment-provider' })
+    return { charged: true, waitedMs: decision.delayMs }
+  } catch (error) {
+    const refusal = error as { code?: string, retryAfter?: number }
+    if (refusal.code !== 'FST_RRL_RATE_LIMITED') throw error
+    return await reply.code(429).header('retry-after', refusal.retryAfter).send({ error: 'upstream budget spent', retryAfter: refusal.retryAfter })
+  }
 })
 
 // Feed: the limit depends on the caller's plan; the RateLimit-Policy header names the tier.

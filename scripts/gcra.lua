@@ -33,6 +33,36 @@ local function nextMs (debt, cap, limit, w)
   return ceil((debt - (cap - (left(debt, cap, w) + 1) * w)) / limit)
 end
 
+-- A refund (mode 2) or a charge without deciding (mode 3) on the debt d; returns 1 when it changed the state.
+local function adjust (key, d, top, limit, w, cost, now, mode, chargedAt, reach)
+  local nd
+  if mode == 2 then
+    -- refund: the theoretical arrival time moves back by cost emission intervals (never before now);
+    -- with reservations, only the latest one's (a later turn must not be given to a second caller)
+    if reach and now + ceil(d / limit) ~= chargedAt then return 0 end
+    nd = d - cost * w
+    if nd <= 0 then
+      call('DEL', key)
+      return 1
+    end
+  else
+    -- charge without deciding: the debt may go beyond the tolerance, up to twice it (plus the reach)
+    nd = d + cost * w
+    if nd > top then nd = top end
+  end
+  local whole = floor(nd / limit)
+  call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', ceil(nd / limit)))
+  return 1
+end
+
+-- A reserved turn for the debt nd beyond the tolerance: nothing is left until (nd - cap) / limit ms from now.
+local function reserve (key, nd, cap, limit, w, now, mode)
+  local whole = floor(nd / limit)
+  local reset = ceil(nd / limit)
+  if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', reset)) end
+  return 4, 0, reset, ceil((nd - cap) / limit), nextMs(nd, cap, limit, w)
+end
+
 return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
 
   local cap = burst * w
@@ -56,41 +86,14 @@ return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
     end
   end
 
-  if mode == 2 then
-    -- refund: the theoretical arrival time moves back by cost emission intervals (never before now);
-    -- with reservations, only the latest one's (a later turn must not be given to a second caller)
-    if reach and now + ceil(d / limit) ~= chargedAt then return 0 end
-    local rd = d - cost * w
-    if rd <= 0 then
-      call('DEL', key)
-      return 1
-    end
-    local rwhole = floor(rd / limit)
-    call('SET', key, packNumbers('<dd', now + rwhole, rd - rwhole * limit), 'PX', format('%d', ceil(rd / limit)))
-    return 1
-  end
-
-  if mode == 3 then
-    -- charge without deciding: the debt may go beyond the tolerance, up to twice it (plus the reach)
-    local cd = d + cost * w
-    if cd > top then cd = top end
-    local cwhole = floor(cd / limit)
-    call('SET', key, packNumbers('<dd', now + cwhole, cd - cwhole * limit), 'PX', format('%d', ceil(cd / limit)))
-    return 1
-  end
+  if mode >= 2 then return adjust(key, d, top, limit, w, cost, now, mode, chargedAt, reach) end
 
   if cost > burst then
     return 0, left(d, cap, w), ceil(d / limit), w, nextMs(d, cap, limit, w)
   end
   local nd = d + cost * w
   if nd > cap then
-    if nd <= cap + dl and hold then
-      -- a reserved turn, (nd - cap) / limit ms from now: nothing left until then
-      local dwhole = floor(nd / limit)
-      local dreset = ceil(nd / limit)
-      if mode == 0 then call('SET', key, packNumbers('<dd', now + dwhole, nd - dwhole * limit), 'PX', format('%d', dreset)) end
-      return 4, 0, dreset, ceil((nd - cap) / limit), nextMs(nd, cap, limit, w)
-    end
+    if nd <= cap + dl and hold then return reserve(key, nd, cap, limit, w, now, mode) end
     -- refused: its retry is when it would be held for the whole reach (or, holding none, admitted now)
     if not hold then dl = 0 end
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap - dl) / limit), nextMs(d, cap, limit, w)

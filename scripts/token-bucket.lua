@@ -55,6 +55,13 @@ local function adjust (key, tokens, base, cap, floorAt, limit, lag, w, cost, mod
   return 1
 end
 
+-- A reserved turn at the level `left` below empty: nothing is left until it is back at zero.
+local function reserve (key, left, base, cap, limit, w, lag, mode)
+  local reset = resetMs(left, cap, limit, lag)
+  if mode == 0 then call('SET', key, packNumbers('<dd', left, base), 'PX', format('%d', reset)) end
+  return 4, 0, reset, lag + ceil(-left / limit), nextMs(left, cap, limit, w, lag)
+end
+
 return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
 
   -- The scaled tokens in the bucket now (below zero after an overdraft), and base:
@@ -92,12 +99,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
   local need = cost * w
   if tokens < need then
     local left = tokens - need
-    if left >= -dl and hold then
-      -- a reserved turn, when the level is back at zero: nothing left until then
-      local dreset = resetMs(left, cap, limit, lag)
-      if mode == 0 then call('SET', key, packNumbers('<dd', left, base), 'PX', format('%d', dreset)) end
-      return 4, 0, dreset, lag + ceil(-left / limit), nextMs(left, cap, limit, w, lag)
-    end
+    if left >= -dl and hold then return reserve(key, left, base, cap, limit, w, lag, mode) end
     -- refused: its retry is when it would be held for the whole reach (or, holding none, served now)
     if not hold then dl = 0 end
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((-left - dl) / limit), nextMs(tokens, cap, limit, w, lag)

@@ -5,7 +5,7 @@ import { tableCells } from '../kinds/index.js'
 import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
-import { atTurn, scheduleSignal } from './schedule.js'
+import { scheduled, scheduleSignal } from './schedule.js'
 import { assembleKeys, blockId } from '../keys/layout.js'
 import { banApi, withBans } from './ban-api.js'
 import type { Bans } from '../fleet/bans.js'
@@ -224,9 +224,7 @@ export function createApi (
     async schedule (target, identity, cost, options) {
       const policy = registry.find(target, 'schedule')
       const signal = scheduleSignal(options)
-      const input = await apiInput(policy, identityInput(identity, 'schedule'), apiCost(cost, 'schedule'), overrides)
-      const route = `api ${policy.route}`
-      return await atTurn(await evaluate(input, { log, route, source: 'api', holds: true }, runtime), runtime, { log, route, signal })
+      return await scheduled(await apiInput(policy, identityInput(identity, 'schedule'), apiCost(cost, 'schedule'), overrides), { runtime, log, signal })
     },
     async acquire (target, identity) {
       return await acquireSlot(registry.find(target, 'acquire'), target, identity, { runtime, log, overrides })

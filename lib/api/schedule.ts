@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import { changeUsage, unitsBack } from '../decide/given-back.js'
-import type { Evaluation, Runtime } from '../decide/evaluate.js'
+import { evaluate, type DecisionInput, type Evaluation, type Runtime } from '../decide/evaluate.js'
 import { retryAfterSeconds, UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
 import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_RATE_LIMITED } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
@@ -67,4 +67,10 @@ export function atTurn (evaluation: Evaluation, runtime: Runtime, parts: { log: 
     })
     signal?.addEventListener('abort', aborted, { once: true })
   })
+}
+
+/** schedule(): the decision, taken as one the caller holds, then its turn. */
+export async function scheduled (input: DecisionInput, { runtime, log, signal }: { runtime: Runtime, log: FastifyBaseLogger, signal: AbortSignal | undefined }): Promise<RateLimitDecision> {
+  const route = `api ${input.policy.route}`
+  return await atTurn(await evaluate(input, { log, route, source: 'api', holds: true }, runtime), runtime, { log, route, signal })
 }

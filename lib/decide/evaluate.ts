@@ -9,7 +9,7 @@ import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
 import { item } from '../util/item.js'
-import { withoutTurns } from '../kinds/window/delay.js'
+import { withoutTurns } from '../kinds/window/decide.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'

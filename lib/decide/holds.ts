@@ -2,7 +2,7 @@
  * Requests (and API calls) admitted at a later turn (a block's `delay`) and
  * held on this instance until it: a timer each, no further store call. The
  * number held is bounded (`maxDelayed`): past it the engine decides without
- * delay (kinds/window/delay.ts withoutTurns), so no turn is reserved for a
+ * delay (kinds/window/decide.ts withoutTurns), so no turn is reserved for a
  * request this instance would not hold. Each held entry ends exactly once: at
  * its turn, when its caller leaves (cancel), or when the plugin closes.
  */

@@ -17,5 +17,5 @@ export const KINDS: Readonly<Record<KindName, BlockKind>> = {
 export function tableCells (row: PolicyBlockSummary): { window: string, burst: string } {
   if (row.period !== undefined) return { window: `${row.period} (${row.timeZone ?? 'UTC'})`, burst: String(row.burst) }
   if (row.algorithm === 'concurrency') return { window: `lease ${row.windowMs}ms`, burst: '' }
-  return { window: `${row.windowMs}ms`, burst: String(row.burst) }
+  return { window: `${row.windowMs}ms${row.delayMs === undefined ? '' : ` delay ${row.delayMs}ms`}`, burst: String(row.burst) }
 }

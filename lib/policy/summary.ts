@@ -46,6 +46,7 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
     refunds: block.refundOn !== undefined,
     settles: block.settle !== undefined
   }
+  if (block.runSpec.delayMs !== undefined) row.delayMs = block.runSpec.delayMs
   block.kind.summarize?.(row, block.runSpec.period)
   return row
 }

@@ -19,10 +19,7 @@ export interface RateLimitDecision {
    * `'banned'`: refused by an operator ban (`ban()`); `retryAfterMs` and `resetMs` are then the ban's time left, -1 when permanent.
    */
   outcome: 'allowed' | 'delayed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'
-  /**
-   * Outcome `'delayed'`: the ms this request was held for the turn its
-   * blocks' `delay` reserved (the longest over them); 0 when admitted at once.
-   */
+  /** Outcome `'delayed'`: ms held for the turn its blocks' `delay` reserved (the longest); else 0. */
   delayMs: number
   /** The tier applied, when the route has tier maps. */
   tier: string | undefined
@@ -56,6 +53,8 @@ export interface PolicyBlockSummary {
   period?: RateLimitPeriod
   /** The period's time zone, for a block that declares a period. */
   timeZone?: string
+  /** A gcra or token-bucket block's `delay` (ms), when it declares one: requests are held up to this long for their turn. */
+  delayMs?: number
   burst: number
   by: string[]
   onRedisError: FailurePolicy
@@ -254,15 +253,9 @@ export interface RateLimitApi {
    */
   consume: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
   /**
-   * Waits for the caller's turn (outbound calls sharing one upstream budget
-   * across the fleet): charges `cost` (default 1) as consume does, but where
-   * a block has `delay` it may reserve a later turn, fleet-wide, and resolves
-   * at it (`delayMs` says how long it waited). Rejects with
-   * FST_RRL_RATE_LIMITED (`retryAfter`, `rateLimit`) when the turn is further
-   * than `delay`, with the signal's reason when `signal` aborts first, and
-   * with FST_RRL_LIMITER_UNAVAILABLE when the plugin closes first or the store
-   * failed and onRedisError refuses; an abort or close gives back what it
-   * charged (docs/shaping.md). consume() never waits: it admits only what fits now.
+   * consume() that waits: where a block has `delay`, resolves at the turn it reserved fleet-wide
+   * (`delayMs`). Rejects with FST_RRL_RATE_LIMITED past `delay`, the signal's reason on abort,
+   * FST_RRL_LIMITER_UNAVAILABLE at close or when onRedisError refuses (docs/shaping.md).
    */
   schedule: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number, options?: { signal?: AbortSignal }) => Promise<RateLimitDecision>
   /**

@@ -17,7 +17,7 @@ export type ModelEvent =
 const DAY = 86_400_000
 
 function params (route: ChaosRoute, at: number, limit: number): BlockParams {
-  const base = { limit, windowMs: route.windowMs, burst: limit }
+  const base: BlockParams = route.delayMs === undefined ? { limit, windowMs: route.windowMs, burst: limit } : { limit, windowMs: route.windowMs, burst: limit, delayMs: route.delayMs, hold: true }
   return route.period === 'day' ? { ...base, start: Math.floor(at / DAY) * DAY } : base
 }
 

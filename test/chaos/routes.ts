@@ -23,6 +23,8 @@ export interface ChaosRoute {
   settle?: boolean
   /** refundOn: a 500 (the handler threw) gives the units back. */
   refundOn?: boolean
+  /** gcra with `delay` (ms): admitted at a reserved turn up to this far ahead, held until it. */
+  delayMs?: number
   /** The highest `x-cost` the generator sends. */
   maxCost: number
   /** A POST with a JSON body, decided at `preHandler` (after the body is read; Node destroys a consumed request stream). */
@@ -34,6 +36,7 @@ export const ROUTES: readonly ChaosRoute[] = [
   { id: 'sw', url: '/sw', algorithm: 'sliding-window', limit: 5, windowMs: 2000, onRedisError: 'open', maxCost: 1 },
   { id: 'slog', url: '/slog', algorithm: 'sliding-log', limit: 3, windowMs: 1000, onRedisError: 'closed', maxCost: 1 },
   { id: 'tb', url: '/tb', algorithm: 'token-bucket', limit: 6, windowMs: 3_600_000, onRedisError: 'open', settle: true, maxCost: 6 },
+  { id: 'gd', url: '/gd', algorithm: 'gcra', limit: 4, windowMs: 1000, delayMs: 800, onRedisError: 'closed', maxCost: 1 },
   { id: 'gcra', url: '/gcra', algorithm: 'gcra', limit: 4, windowMs: 1000, onRedisError: 'open', refundOn: true, maxCost: 1 },
   { id: 'day', url: '/day', algorithm: 'fixed-window', period: 'day', limit: 12, windowMs: 86_400_000, onRedisError: 'closed', maxCost: 1 },
   { id: 'conc', url: '/conc', algorithm: 'concurrency', limit: 1, windowMs: 60_000, onRedisError: 'open', maxCost: 1, body: true },

@@ -1,0 +1,270 @@
+import { test, type Test } from 'tap'
+import { performance } from 'node:perf_hooks'
+import { request } from 'undici'
+import type { FastifyInstance } from 'fastify'
+import type { Redis } from 'ioredis'
+import { buildApp, TestClock } from './helpers/app.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+
+/*
+ * Shaping with `delay` (docs/shaping.md): several instances on one Redis and
+ * one test clock, so the turns the script reserves are exact (the clock does
+ * not move while the fleet decides: each request's wait is its turn). The
+ * holds themselves are real timers: their measured start times are reported
+ * (t.comment), and only their order is asserted.
+ */
+
+const USER = { 'x-user': 'one-identity' }
+
+interface Fleet {
+  bases: string[]
+  apps: FastifyInstance[]
+  clock: TestClock
+  inspector: Redis
+  prefix: string
+  /** Handler starts: [delayMs the request was admitted with, performance.now()]. */
+  starts: Array<[number, number]>
+}
+
+async function fleet (t: Test, size: number, block: Record<string, unknown> | Array<Record<string, unknown>>, options: Record<string, unknown> = {}): Promise<Fleet> {
+  const server = await getRedis()
+  const prefix = uniquePrefix('shape')
+  const clock = new TestClock()
+  const starts: Fleet['starts'] = []
+  const apps: FastifyInstance[] = []
+  const clients: Redis[] = []
+  const bases: string[] = []
+  for (let i = 0; i < size; i++) {
+    const redis = createClient(server)
+    clients.push(redis)
+    // Holds are timed on this machine; the store's 50 ms default timeout is not under test here.
+    const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, user: (req) => req.headers['x-user'] as string | undefined, ...options })
+    app.get('/shaped', { config: { rateLimit: Array.isArray(block) ? block : { by: 'user', ...block } } as never }, async (req) => {
+      starts.push([req.rateLimit?.delayMs ?? -1, performance.now()])
+      return { delayMs: req.rateLimit?.delayMs, outcome: req.rateLimit?.outcome }
+    })
+    bases.push(await app.listen({ port: 0, host: '127.0.0.1' }))
+    apps.push(app)
+  }
+  const inspector = createClient(server)
+  cleanUpPrefix(t, inspector, prefix, async () => {
+    for (const app of apps) await app.close()
+    for (const client of clients) client.disconnect()
+  })
+  return { bases, apps, clock, inspector, prefix, starts }
+}
+
+/** One request; its status, the delay it was admitted with (-1 when refused) and when its answer came. */
+async function shaped (base: string, signal?: AbortSignal): Promise<{ status: number, delayMs: number, at: number, retryAfter: string | undefined }> {
+  const res = await request(`${base}/shaped`, { headers: USER, signal })
+  const body = await res.body.text()
+  const delayMs = res.statusCode === 200 ? (JSON.parse(body) as { delayMs: number }).delayMs : -1
+  return { status: res.statusCode, delayMs, at: performance.now(), retryAfter: res.headers['retry-after'] as string | undefined }
+}
+
+function spread (errors: number[]): string {
+  const sorted = [...errors].sort((a, b) => a - b)
+  const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0
+  return `p50 ${at(0.5).toFixed(1)} ms, p95 ${at(0.95).toFixed(1)} ms, max ${at(1).toFixed(1)} ms`
+}
+
+test('gcra 10/s, delay 3s, 3 instances: 30 concurrent requests all admitted at turns one emission interval apart; of 40 more, those past 3 s are refused at once, the rest admitted in order', async (t) => {
+  const { bases, apps, starts } = await fleet(t, 3, { algorithm: 'gcra', limit: 10, window: '1s', delay: '3s' })
+  const startedAt = performance.now()
+  const first = await Promise.all(Array.from({ length: 30 }, async (_, i) => await shaped(bases[i % 3] as string)))
+  t.same(first.map((r) => r.status), Array.from({ length: 30 }, () => 200), 'all 30 admitted, none refused')
+  const waits = first.map((r) => r.delayMs).sort((a, b) => a - b)
+  t.same(waits, [...Array.from({ length: 10 }, () => 0), ...Array.from({ length: 20 }, (_, k) => (k + 1) * 100)], 'the burst of 10 at once, then turns exactly 100 ms (one emission interval) apart')
+  // The turns are on the frozen test clock; measured from the last handler that started at once.
+  const origin = Math.max(...starts.filter(([d]) => d === 0).map(([, at]) => at))
+  const errors = starts.filter(([d]) => d > 0).map(([d, at]) => at - origin - d)
+  t.comment(`30 requests (first decision ${(origin - startedAt).toFixed(0)} ms after the start): handler start minus reserved turn: ${spread(errors)}`)
+
+  // The state now reserves up to 2000 ms ahead; 40 more: turns 2100…3000 fit in delay, the 30 after are refused.
+  starts.length = 0
+  const more = await Promise.all(Array.from({ length: 40 }, async (_, i) => await shaped(bases[i % 3] as string)))
+  const admitted = more.filter((r) => r.status === 200)
+  const refused = more.filter((r) => r.status === 429)
+  t.equal(admitted.length, 10, '10 more fit within the 3 s delay')
+  t.equal(refused.length, 30, 'the 30 whose turn is past 3 s are refused')
+  t.same(admitted.map((r) => r.delayMs).sort((a, b) => a - b), Array.from({ length: 10 }, (_, k) => 2100 + k * 100), 'at turns 2100 … 3000 ms')
+  const firstAdmittedAt = Math.min(...admitted.map((r) => r.at))
+  t.ok(refused.every((r) => r.at < firstAdmittedAt), 'every refusal was answered before the first held request of its batch went on: refused at once, not after waiting')
+  t.ok(refused.every((r) => r.retryAfter === '1'), 'a refusal retries when its turn would be within the delay (Retry-After 1)')
+  const order = starts.map(([d]) => d)
+  t.same(order, [...order].sort((a, b) => a - b), 'handlers started in the order of their turns, across the instances')
+  for (const app of apps) t.equal(app.rateLimit.stats().held, 0, 'nothing held once every turn came')
+  t.equal(apps.reduce((sum, app) => sum + app.rateLimit.stats().delayed, 0), 30, 'stats: 20 + 10 delayed')
+})
+
+test('token-bucket 10/s, delay 3s: turns one interval apart after the burst, the level down to -(rate × delay) and no further', async (t) => {
+  const { bases } = await fleet(t, 2, { algorithm: 'token-bucket', limit: 10, window: '1s', delay: '3s' })
+  const results = await Promise.all(Array.from({ length: 45 }, async (_, i) => await shaped(bases[i % 2] as string)))
+  const waits = results.filter((r) => r.status === 200).map((r) => r.delayMs).sort((a, b) => a - b)
+  t.same(waits, [...Array.from({ length: 10 }, () => 0), ...Array.from({ length: 30 }, (_, k) => (k + 1) * 100)], '10 at once, 30 at turns 100 … 3000 ms')
+  t.equal(results.filter((r) => r.status === 429).length, 5, 'the 5 past 3 s refused')
+})
+
+/** Takes the burst (limit 10) at once, then holds requests at 100, 200, … ms; returns their abort controllers and answers. */
+async function holdSome (f: Fleet, count: number): Promise<Array<{ abort: AbortController, answer: Promise<Awaited<ReturnType<typeof shaped>> | 'aborted'> }>> {
+  const base = f.bases[0] as string
+  for (let i = 0; i < 10; i++) t0(await shaped(base))
+  const held = []
+  for (let i = 0; i < count; i++) {
+    const abort = new AbortController()
+    held.push({ abort, answer: shaped(base, abort.signal).catch(() => 'aborted' as const) })
+    // One at a time, so their turns are in this order.
+    await waitUntil(() => f.apps.reduce((sum, app) => sum + app.rateLimit.stats().held, 0) === i + 1)
+  }
+  return held
+}
+
+function t0 (r: { status: number }): void {
+  if (r.status !== 200) throw new Error(`the burst was refused (${r.status})`)
+}
+
+async function waitUntil (check: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 5))
+  if (!check()) throw new Error('condition not reached within 2.5 s')
+}
+
+const heldNow = (f: Fleet): number => f.apps.reduce((sum, app) => sum + app.rateLimit.stats().held, 0)
+
+test('gcra, a held request aborted by its client: the latest gives its turn back to the next caller; one in the middle gives nothing back, later ones keep their turns', async (t) => {
+  const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '1s', delay: '3s' })
+  const [a, b] = await holdSome(f, 2) as [Awaited<ReturnType<typeof holdSome>>[0], Awaited<ReturnType<typeof holdSome>>[0]]
+  b.abort.abort()
+  t.equal(await b.answer, 'aborted')
+  await waitUntil(() => f.apps[0]?.rateLimit.stats().delayAborted === 1)
+  const c = shaped(f.bases[0] as string)
+  await waitUntil(() => heldNow(f) === 2)
+  // a (100 ms) and c hold; c took b's turn (200 ms): the latest's turn was given back.
+  a.abort.abort()
+  t.equal(await a.answer, 'aborted')
+  await waitUntil(() => f.apps[0]?.rateLimit.stats().delayAborted === 2)
+  const d = await shaped(f.bases[0] as string)
+  t.equal((await c).delayMs, 200, 'the next caller got the aborted latest turn (200 ms)')
+  t.equal(d.delayMs, 300, 'an abort in the middle (a, 100 ms) gave nothing back: the next turn is after c\'s')
+  t.equal(heldNow(f), 0, 'nothing held')
+})
+
+test('token-bucket, a held request in the middle aborted: its units return to the level, later held requests keep their turns, a later caller takes the freed capacity', async (t) => {
+  const f = await fleet(t, 1, { algorithm: 'token-bucket', limit: 10, window: '1s', delay: '3s' })
+  const [a, b] = await holdSome(f, 2) as [Awaited<ReturnType<typeof holdSome>>[0], Awaited<ReturnType<typeof holdSome>>[0]]
+  a.abort.abort()
+  t.equal(await a.answer, 'aborted')
+  await waitUntil(() => f.apps[0]?.rateLimit.stats().delayAborted === 1)
+  const c = await shaped(f.bases[0] as string)
+  const bAnswer = await b.answer
+  t.equal(bAnswer === 'aborted' ? -1 : bAnswer.delayMs, 200, 'b kept its turn (200 ms)')
+  t.equal(c.delayMs, 200, 'the later caller took the freed unit: the level is what it was after b, so its turn is b\'s (docs/shaping.md)')
+})
+
+test('maxDelayed: past it this instance decides without delay, reserves no turn, counts undelayed; the held count returns to zero', async (t) => {
+  const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '1s', delay: '3s' }, { maxDelayed: 2 })
+  const base = f.bases[0] as string
+  for (let i = 0; i < 10; i++) t0(await shaped(base))
+  const held = [shaped(base), shaped(base)]
+  await waitUntil(() => heldNow(f) === 2)
+  const over = await Promise.all(Array.from({ length: 3 }, async () => await shaped(base)))
+  t.same(over.map((r) => r.status), [429, 429, 429], 'refused: only what fits now is admitted')
+  t.ok(over.every((r) => r.retryAfter === '1'), 'Retry-After: when it would fit now')
+  const app = f.apps[0] as FastifyInstance
+  t.equal(app.rateLimit.stats().undelayed, 3, 'counted')
+  t.same((await Promise.all(held)).map((r) => r.delayMs), [100, 200])
+  t.equal(app.rateLimit.stats().held, 0, 'held returns to zero')
+  t.equal((await shaped(base)).delayMs, 300, 'the refusals reserved nothing: the next turn follows the two held')
+})
+
+test('close() answers held requests with 503 and Retry-After instead of leaving them hanging', async (t) => {
+  // One emission interval is 1 s: after the burst, turns 1 s … 30 s ahead.
+  const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '10s', delay: '30s' })
+  const base = f.bases[0] as string
+  for (let i = 0; i < 10; i++) t0(await shaped(base))
+  const held = Array.from({ length: 30 }, async () => await shaped(base))
+  const app = f.apps[0] as FastifyInstance
+  await waitUntil(() => app.rateLimit.stats().delayed === 30)
+  const heldAtClose = app.rateLimit.stats().held
+  await app.close()
+  const answers = await Promise.all(held)
+  const answered = answers.filter((r) => r.status === 503)
+  t.ok(answered.length >= heldAtClose - 1 && heldAtClose >= 25, `held requests whose turn had not come were answered 503 (${answered.length}; ${heldAtClose} held when close() was called)`)
+  t.ok(answered.every((r) => Number(r.retryAfter) >= 1), 'each with Retry-After')
+  t.ok(answers.every((r) => r.status === 503 || (r.status === 200 && r.delayMs <= 5000)), 'the others went on at their turn; none failed otherwise')
+  t.equal(app.rateLimit.stats().held, 0, 'nothing held after close')
+})
+
+test('several blocks: the wait is the longest over the delaying blocks, and a block without delay must admit now', async (t) => {
+  const f = await fleet(t, 1, [
+    { algorithm: 'gcra', limit: 10, window: '1s', delay: '3s', by: 'user' },
+    { algorithm: 'token-bucket', limit: 5, window: '1s', delay: '3s', by: 'user' },
+    { algorithm: 'fixed-window', limit: 12, window: '1h', by: 'user' }
+  ])
+  const results: number[] = []
+  for (let i = 0; i < 14; i++) results.push((await shaped(f.bases[0] as string)).delayMs)
+  // token-bucket 5/s: 5 at once, then 200 ms apart; gcra 10/s: 10 at once, then 100 ms apart; fixed-window: 12 in all.
+  t.same(results, [0, 0, 0, 0, 0, 200, 400, 600, 800, 1000, 1200, 1400, -1, -1], 'the longest wait binds; the fixed window refuses the 13th outright, reserving nothing')
+})
+
+test('the memory store shapes the same way in one process', async (t) => {
+  const clock = new TestClock()
+  const app = await buildApp({ store: 'memory', clock: clock.read })
+  t.teardown(async () => { await app.close() })
+  app.get('/m', { config: { rateLimit: { algorithm: 'gcra', limit: 10, window: '1s', delay: '3s' } } }, async (req) => ({ delayMs: req.rateLimit?.delayMs }))
+  const results = await Promise.all(Array.from({ length: 45 }, async () => await app.inject('/m')))
+  const waits = results.filter((r) => r.statusCode === 200).map((r) => (r.json() as { delayMs: number }).delayMs).sort((a, b) => a - b)
+  t.same(waits, [...Array.from({ length: 10 }, () => 0), ...Array.from({ length: 30 }, (_, k) => (k + 1) * 100)])
+  t.equal(results.filter((r) => r.statusCode === 429).length, 5)
+})
+
+test('schedule(): 20 callers on 2 instances share a 50/s policy, each resolving at its turn', async (t) => {
+  const server = await getRedis()
+  const prefix = uniquePrefix('sched')
+  const clock = new TestClock()
+  const clients = [createClient(server), createClient(server)]
+  const policies = { upstream: { algorithm: 'gcra', limit: 50, window: '1s', burst: 1, delay: '1s', by: 'api-key' } } as const
+  const apps = await Promise.all(clients.map(async (redis) => await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, policies, apiKey: (req) => req.headers['x-api-key'] as string | undefined })))
+  for (const app of apps) await app.ready()
+  cleanUpPrefix(t, clients[0] as Redis, prefix, async () => {
+    for (const app of apps) await app.close()
+    clients[1]?.disconnect()
+  })
+  const startedAt = performance.now()
+  const calls = await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+    const decision = await (apps[i % 2] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' })
+    return { delayMs: decision.delayMs, at: performance.now() - startedAt }
+  }))
+  t.same(calls.map((c) => c.delayMs).sort((a, b) => a - b), Array.from({ length: 20 }, (_, k) => k * 20), 'turns 20 ms apart (50/s), fleet-wide')
+  const errors = calls.map((c) => c.at - c.delayMs)
+  t.comment(`schedule(): resolve time minus turn: ${spread(errors)}`)
+  const aborted = new AbortController()
+  const pending = (apps[1] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' }, 1, { signal: aborted.signal })
+  await waitUntil(() => apps[1]?.rateLimit.stats().held === 1)
+  aborted.abort()
+  await t.rejects(pending, { name: 'AbortError' }, 'an aborted schedule() rejects with the signal\'s reason')
+  await waitUntil(() => apps[1]?.rateLimit.stats().delayAborted === 1)
+  // Its turn (400 ms) was the latest: given back. Then 400 … 1000 ms fit the 1 s delay, 31 turns; 4 more are past it.
+  const later = await Promise.all(Array.from({ length: 35 }, async (_, i) => await (apps[i % 2] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' }).then(
+    (decision) => decision.delayMs, (error: { code: string, retryAfter: number }) => error.code)))
+  t.same(later.filter((x) => typeof x === 'number').sort((a, b) => Number(a) - Number(b)), Array.from({ length: 31 }, (_, k) => 400 + k * 20), 'the aborted turn was reused; turns up to the delay')
+  t.same(later.filter((x) => typeof x === 'string'), ['FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED'], 'a turn past the delay rejects with the coded refusal')
+  const consumed = await (apps[0] as FastifyInstance).rateLimit.consume('upstream', { apiKey: 'payments' })
+  t.equal(consumed.allowed, false, 'consume() never waits: it admits only what fits now')
+  t.equal(consumed.delayMs, 0)
+})
+
+test('startup: delay on the wrong block, too long, in shadow mode, or past the exact bound fails with the field named', async (t) => {
+  const cases: Array<[Record<string, unknown>, RegExp]> = [
+    [{ algorithm: 'fixed-window', limit: 10, window: '1s', delay: '1s' }, /delay.*only applies to gcra and token-bucket.*algorithm: 'gcra'/],
+    [{ period: 'day', limit: 10, delay: '1s' }, /delay.*only applies to a gcra or token-bucket block with window/],
+    [{ concurrency: 2, delay: '1s' }, /delay.*only applies to a gcra or token-bucket block with window/],
+    [{ algorithm: 'gcra', limit: 10, window: '1s', delay: '61s' }, /delay.*between 1 ms and 60000 ms/],
+    [{ algorithm: 'gcra', limit: 10, window: '1s', delay: '1s', mode: 'shadow' }, /delay.*shadow/],
+    [{ algorithm: 'gcra', limit: 100_000_000, window: '1d', delay: '60s' }, /limit.*2 × burst × window \+ limit × delay below 2\^53/]
+  ]
+  for (const [block, message] of cases) {
+    const app = await buildApp({ store: 'memory' })
+    t.throws(() => app.get('/x', { config: { rateLimit: block as never } }, async () => 'ok'), { code: 'FST_RRL_INVALID_BLOCK', message }, JSON.stringify(block))
+    await app.close()
+  }
+})

@@ -217,6 +217,10 @@ export function generate (seed: number): Schedule {
       for (let inst = 0; inst < instances; inst++) request(TRAFFIC_MS + int(600, TAIL_MS - 150), route.id, user, inst, { throws: false, abortMs: undefined })
     }
   }
+  // A burst on the delaying route: past gcra's 4 at once, turns are reserved and held (drawn last, so older seeds keep their requests).
+  const burstAt = int(200, TRAFFIC_MS - 1000)
+  const burstUser = pick(users)
+  for (let i = 0; i < 9; i++) request(burstAt + i * 3, 'gd', burstUser)
   requests.sort((a, b) => a.at - b.at || a.id - b.id)
   requests.forEach((r, i) => { r.id = i })
   faults.sort((a, b) => a.at - b.at)

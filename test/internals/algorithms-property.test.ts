@@ -17,7 +17,7 @@
  * never more than the limit in any trailing window, token-bucket and gcra
  * never more than burst + floor(dt * limit / W) over any interval dt.
  *
- * One sequence is one EVAL: a wrapper runs the unmodified production batch
+ * One sequence is one EVAL (ARGV: the spec, the capacity, the spec's tail: '' or a delay's, then the steps): a wrapper runs the unmodified production batch
  * script (buildBatchScript, minus its shebang, as a Lua function) once per
  * step, one decision of one block by the batch's wire format, and copies the
  * key for the probes. The wrapper records each TTL the script sets and lengthens it by
@@ -81,25 +81,25 @@ local redis = setmetatable({
 local function batch (KEYS, ARGV)
 ${body}
 end
-local spec = ARGV[1]
+local spec, tail = ARGV[1], ARGV[3]
 -- One decision of the production batch script (batch.lua's layout): '1' (cost 1), or '-2', spec 1, cost;
 -- its reply (now, then the block's two to four values) read back into allowed, remaining, reset, retry, next.
 ${READ_BLOCK_LUA}
 local function algorithm (key, cost, now)
   local head
   if cost == '1' then head = { '1' } else head = { '-2', '1', cost } end
-  local r = batch({ key }, { now, '1', spec, '', unpack(head) })
+  local r = batch({ key }, { now, '1', spec, tail, unpack(head) })
   local _, a, remaining, reset, retry, nextMs = readBlock(r, 1)
   return { a, remaining, reset, retry, nextMs }
 end
 -- A charge without deciding: an adjustment entry of positive units (the algorithm's mode 3), answering 1.
 local function forcedCharge (key, cost, now)
-  local r = batch({ key }, { now, '1', spec, '', '-1', '1', 'u', '1', cost, '' })
+  local r = batch({ key }, { now, '1', spec, tail, '-1', '1', 'u', '1', cost, '' })
   return { r[2] }
 end
 local capacity = tonumber(ARGV[2])
 local out = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local cost, now = ARGV[i], ARGV[i + 1]
   calls = {}
   -- a negative cost is a charge without deciding (mode 3: settle, adjust) of that many units
@@ -136,7 +136,10 @@ const smallOrBig = (small: number, mid: number, max: number): fc.Arbitrary<numbe
   { weight: 1, arbitrary: fc.constant(max) }
 )
 
-function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
+/** The limit bound with a delay: 2 × burst × window + limit × delay below 2^53 (policy/shape.ts maxLimitOf). */
+const delayedMax = (windowMs: number, delayMs: number): number => Math.floor(Number.MAX_SAFE_INTEGER / (2 * windowMs + delayMs))
+
+function scenarios (algorithm: AlgorithmName, delayed: boolean): fc.Arbitrary<Scenario> {
   const maxLimit = algorithm === 'sliding-log' ? MAX_SLIDING_LOG_LIMIT : MAX_LIMIT
   const hasBurst = algorithm === 'token-bucket' || algorithm === 'gcra'
   return fc.record({
@@ -150,6 +153,7 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
       { weight: 1, arbitrary: fc.constant(MAX_WINDOW_MS) }
     ),
     burst: smallOrBig(6, 100, MAX_LIMIT),
+    delayMs: fc.oneof(fc.integer({ min: 1, max: 50 }), fc.integer({ min: 1, max: 60_000 }), fc.constant(60_000)),
     start: fc.integer({ min: 0, max: 4_000_000_000_000 }),
     moves: fc.array(fc.record({
       kind: fc.integer({ min: 0, max: 4 }),
@@ -157,12 +161,13 @@ function scenarios (algorithm: AlgorithmName): fc.Arbitrary<Scenario> {
       cost: fc.integer({ min: 1, max: 3 }),
       force: fc.integer({ min: 0, max: 5 })
     }), { minLength: 1, maxLength: MAX_STEPS, size: 'max' })
-  }).map(({ limit: drawn, windowMs, burst: drawnBurst, start, moves }) => {
+  }).map(({ limit: drawn, windowMs, burst: drawnBurst, delayMs, start, moves }) => {
     // Every limit the validators accept at this window (max(limit, burst) × window below 2^53 where it scales).
-    const max = maxLimitFor(algorithm, windowMs)
+    const max = delayed ? Math.min(maxLimitFor(algorithm, windowMs), delayedMax(windowMs, delayMs)) : maxLimitFor(algorithm, windowMs)
     const limit = Math.min(drawn, max)
     const burst = Math.min(drawnBurst, max)
-    const params = { limit, windowMs, burst: hasBurst ? burst : limit }
+    const params: BlockParams = { limit, windowMs, burst: hasBurst ? burst : limit }
+    if (delayed) Object.assign(params, { delayMs, hold: true })
     // forced charges where a settle may be declared: not sliding-log, and an overdraft that stays
     // exact; sliding-window's rule is exact for any overdraft (adjust reaches every block)
     const forcible = algorithm === 'sliding-window' || (algorithm !== 'sliding-log' && 2 * Math.max(params.limit, params.burst) * windowMs <= Number.MAX_SAFE_INTEGER)
@@ -182,7 +187,8 @@ type Row = [number, number, number, number, number, string, ...Lua5[]]
 
 function fromLua (r: Lua5 | Row): RawDecision {
   for (let i = 0; i < 5; i++) assert.ok(Number.isInteger(r[i]), `integer reply ${JSON.stringify(r)}`)
-  assert.ok(r[0] === 0 || r[0] === 1, 'allowed is 0 or 1')
+  assert.ok(r[0] === 0 || r[0] === 1 || r[0] === 4, 'allowed is 0, 1 or 4 (a reserved turn)')
+  if (r[0] === 4) return { allowed: true, remaining: r[1], resetMs: r[2], retryAfterMs: 0, nextMs: r[4], waitMs: r[3] }
   return { allowed: r[0] === 1, remaining: r[1], resetMs: r[2], retryAfterMs: r[3], nextMs: r[4] }
 }
 
@@ -266,16 +272,17 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
   const prefix = uniquePrefix('prop')
   let run = 0
 
-  for (const algorithm of ALGORITHMS) {
-    await t.test(algorithm, async (t) => {
+  const variants: Array<[AlgorithmName, boolean]> = [...ALGORITHMS.map((algorithm): [AlgorithmName, boolean] => [algorithm, false]), ['gcra', true], ['token-bucket', true]]
+  for (const [algorithm, delayed] of variants) {
+    await t.test(delayed ? `${algorithm} with delay` : algorithm, async (t) => {
       const model = memoryAlgorithms[algorithm]
       const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0, forced: 0 }
 
-      const property = fc.asyncProperty(scenarios(algorithm), async ({ params, steps }) => {
+      const property = fc.asyncProperty(scenarios(algorithm, delayed), async ({ params, steps }) => {
         const { limit, windowMs: w, burst } = params
         const capacity = algorithm === 'token-bucket' || algorithm === 'gcra' ? burst : limit
         const tag = `${prefix}:{${algorithm}:${run++}}`
-        const args: Array<number | string> = [specText(ALGORITHMS.indexOf(algorithm) + 1, params, false, undefined), capacity]
+        const args: Array<number | string> = [specText(ALGORITHMS.indexOf(algorithm) + 1, params, false, undefined), capacity, delayed ? `d${params.delayMs ?? 0}` : '']
         for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
         const rows = await client.eval(harnessed, 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
         assert.equal(rows.length, steps.length)
@@ -352,15 +359,18 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           } else {
             tally.nextProbed++
             assert.ok(d.nextMs > 0, `${at}: nextMs > 0 below a full quota`)
-            assert.ok(d.allowed || cost > capacity || d.nextMs <= d.retryAfterMs, `${at}: one more unit comes no later than the retry`)
+            // (with a delay, a refusal's retry is when it would be held: earlier than one more unit)
+            assert.ok(d.allowed || cost > capacity || delayed || d.nextMs <= d.retryAfterMs, `${at}: one more unit comes no later than the retry`)
             const more = d.remaining + 1
             const before = model.step(freeze(live(now + d.nextMs - 1)), params, more, now + d.nextMs - 1)
             const then = model.step(freeze(live(now + d.nextMs)), params, more, now + d.nextMs)
-            assert.equal(before.decision.allowed, false, `${at}: ${more} units refused 1 ms before nextMs=${d.nextMs}`)
-            assert.equal(then.decision.allowed, true, `${at}: ${more} units admitted at nextMs=${d.nextMs}`)
+            // admitted now: a reserved turn is not yet the unit
+            const atOnce = (x: RawDecision): boolean => x.allowed && x.waitMs === undefined
+            assert.equal(atOnce(before.decision), false, `${at}: ${more} units not admitted at once 1 ms before nextMs=${d.nextMs}`)
+            assert.equal(atOnce(then.decision), true, `${at}: ${more} units admitted at nextMs=${d.nextMs}`)
           }
         })
-        checkBounds(algorithm, params, admitted)
+        if (!delayed) checkBounds(algorithm, params, admitted)
       })
 
       await fc.assert(property, { numRuns: NUM_RUNS })
@@ -508,7 +518,7 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
 
   await fc.assert(fc.asyncProperty(arbitrary, async ({ limit, w, steps }) => {
     const tag = `${prefix}:{${run++}}`
-    const args: Array<number | string> = [specText(ALGORITHMS.indexOf('sliding-window') + 1, { limit, windowMs: w, burst: limit }, false, undefined), limit]
+    const args: Array<number | string> = [specText(ALGORITHMS.indexOf('sliding-window') + 1, { limit, windowMs: w, burst: limit }, false, undefined), limit, '']
     for (const { cost, now, force } of steps) args.push(force === true ? -cost : cost, now)
     const rows = await client.eval(harnessed, 2, `${tag}:main`, `${tag}:probe`, ...args) as Row[]
     const params = { limit, windowMs: w, burst: limit }

@@ -259,6 +259,38 @@ test('cluster: settles and adjust for identities spread over slots: each change 
   t.ok(slots.size > 50, `${slots.size} slots held the identities' keys`)
 })
 
+test('cluster: delay on gcra and token-bucket, two instances, identities over several slots: the same turns as on one Redis, the longest wait over the two blocks', async (t) => {
+  const clock = { now: Date.UTC(2030, 0, 1) }
+  const fleet: Array<{ app: FastifyInstance, base: string }> = []
+  for (let i = 0; i < 2; i++) {
+    const app = await buildApp({ redis: clusterClient(1000), prefix: 'cc-delay', clock: () => clock.now, user: (req) => req.headers['x-user'] as string | undefined })
+    app.get('/shaped', {
+      config: {
+        rateLimit: [
+          { algorithm: 'gcra', limit: 10, window: '1s', delay: '1s', by: 'user' },
+          { algorithm: 'token-bucket', limit: 10, window: '1s', burst: 5, delay: '1s', by: 'user' }
+        ]
+      }
+    }, async (req) => ({ delayMs: req.rateLimit?.delayMs }))
+    fleet.push({ app, base: await app.listen({ port: 0, host: '127.0.0.1' }) })
+  }
+  const users = ['u-a', 'u-b', 'u-c', 'u-d']
+  const waits = await Promise.all(users.map(async (user) => await Promise.all(Array.from({ length: 18 }, async (_, i) => {
+    const res = await request(`${fleet[i % 2]!.base}/shaped`, { headers: { 'x-user': user } })
+    const body = await res.body.text()
+    return res.statusCode === 200 ? (JSON.parse(body) as { delayMs: number }).delayMs : res.statusCode
+  }))))
+  // The token bucket (5 at once, then 100 ms apart, 1 s of reservations) binds: 5 now, 10 held, 3 refused.
+  const expected = [0, 0, 0, 0, 0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 429, 429, 429]
+  for (const [i, user] of users.entries()) {
+    t.same([...waits[i]!].sort((a, b) => a - b), expected.slice().sort((a, b) => a - b), `${user}: turns as on one Redis`)
+  }
+  const slots = new Set(users.map((user) => keySlot(`cc-delay:{GET:/shaped|${user}}`)))
+  t.ok(slots.size > 1, `the identities sit on ${slots.size} slots`)
+  t.equal(fleet.reduce((sum, member) => sum + member.app.rateLimit.stats().degraded, 0), 0, 'nothing degraded')
+  for (const member of fleet) await member.app.close()
+})
+
 test('teardown: cluster clients and servers stopped', async (t) => {
   for (const client of clients) client.disconnect()
   await cluster.stop()

@@ -200,10 +200,9 @@ test('several blocks: the wait is the longest over the delaying blocks, and a bl
     { algorithm: 'token-bucket', limit: 5, window: '1s', delay: '3s', by: 'user' },
     { algorithm: 'fixed-window', limit: 12, window: '1h', by: 'user' }
   ])
-  const results: number[] = []
-  for (let i = 0; i < 14; i++) results.push((await shaped(f.bases[0] as string)).delayMs)
+  const results = (await Promise.all(Array.from({ length: 14 }, async () => (await shaped(f.bases[0] as string)).delayMs))).sort((a, b) => a - b)
   // token-bucket 5/s: 5 at once, then 200 ms apart; gcra 10/s: 10 at once, then 100 ms apart; fixed-window: 12 in all.
-  t.same(results, [0, 0, 0, 0, 0, 200, 400, 600, 800, 1000, 1200, 1400, -1, -1], 'the longest wait binds; the fixed window refuses the 13th outright, reserving nothing')
+  t.same(results, [-1, -1, 0, 0, 0, 0, 0, 200, 400, 600, 800, 1000, 1200, 1400], 'the longest wait binds; the fixed window refuses the 13th and 14th outright, reserving nothing')
 })
 
 test('the memory store shapes the same way in one process', async (t) => {
@@ -237,9 +236,12 @@ test('schedule(): 20 callers on 2 instances share a 50/s policy, each resolving 
   t.same(calls.map((c) => c.delayMs).sort((a, b) => a - b), Array.from({ length: 20 }, (_, k) => k * 20), 'turns 20 ms apart (50/s), fleet-wide')
   const errors = calls.map((c) => c.at - c.delayMs)
   t.comment(`schedule(): resolve time minus turn: ${spread(errors)}`)
+  // The clock half a second back for this call: its turn is 900 ms away, time enough to see it held on a loaded machine.
+  clock.advance(-500)
   const aborted = new AbortController()
   const pending = (apps[1] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' }, 1, { signal: aborted.signal })
   await waitUntil(() => apps[1]?.rateLimit.stats().held === 1)
+  clock.advance(500)
   aborted.abort()
   await t.rejects(pending, { name: 'AbortError' }, 'an aborted schedule() rejects with the signal\'s reason')
   await waitUntil(() => apps[1]?.rateLimit.stats().delayAborted === 1)
@@ -267,4 +269,46 @@ test('startup: delay on the wrong block, too long, in shadow mode, or past the e
     t.throws(() => app.get('/x', { config: { rateLimit: block as never } }, async () => 'ok'), { code: 'FST_RRL_INVALID_BLOCK', message }, JSON.stringify(block))
     await app.close()
   }
+})
+
+test('crossings: refundOn on a delaying gcra block gives back only the latest turn; a store failure holds nothing; a refusal remembered by the deny cache reserves nothing', async (t) => {
+  const server = await getRedis()
+  const redis = createClient(server)
+  const prefix = uniquePrefix('shapex')
+  const clock = new TestClock()
+  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000 })
+  app.get('/r', {
+    config: { rateLimit: { algorithm: 'gcra', limit: 10, window: '1s', delay: '1s', refundOn: (reply) => reply.statusCode >= 500 } }
+  }, async (req, reply) => {
+    if (req.headers['x-fail'] === '1') return await reply.code(500).send({ delayMs: req.rateLimit?.delayMs })
+    return { delayMs: req.rateLimit?.delayMs }
+  })
+  cleanUpPrefix(t, redis, prefix, async () => { await app.close() })
+  for (let i = 0; i < 10; i++) t.equal((await app.inject('/r')).statusCode, 200)
+  // The latest turn (100 ms) fails and is given back: the next caller gets the same turn.
+  const failed = await app.inject({ url: '/r', headers: { 'x-fail': '1' } })
+  t.same([failed.statusCode, failed.json()], [500, { delayMs: 100 }])
+  await waitUntil(() => app.rateLimit.stats().refunded === 1)
+  t.same((await app.inject('/r')).json(), { delayMs: 100 }, 'the failed latest turn was given back')
+  // Two held, the first fails after the second reserved: nothing is given back (the second depends on it).
+  const [first, second] = await Promise.all([app.inject({ url: '/r', headers: { 'x-fail': '1' } }), app.inject('/r')])
+  t.same([first.json(), second.json()], [{ delayMs: 200 }, { delayMs: 300 }])
+  await waitUntil(() => app.rateLimit.stats().refunded === 2)
+  t.same((await app.inject('/r')).json(), { delayMs: 400 }, 'a failed turn that was not the latest gave nothing back')
+  // 1 s of turns reserved: the next is refused, and the deny cache answers its retry without a store call or a turn.
+  const [over1] = await Promise.all(Array.from({ length: 7 }, async () => await app.inject('/r'))).then((all) => all.filter((r) => r.statusCode === 429))
+  t.ok(over1 !== undefined, 'refused past the delay')
+  const cached = await app.inject('/r')
+  t.equal(cached.statusCode, 429)
+  t.ok(app.rateLimit.stats().delayed >= 1)
+
+  // The store fails (a client on a closed port, onRedisError 'open'): admitted degraded at once, nothing held.
+  const dead = createClient({ url: 'redis://127.0.0.1:1', host: '127.0.0.1', port: 1, stop: async () => {} }, { enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => null })
+  const degraded = await buildApp({ redis: dead, prefix, clock: clock.read })
+  degraded.get('/d', { config: { rateLimit: { algorithm: 'gcra', limit: 1, window: '1s', delay: '1s' } } }, async (req) => ({ delayMs: req.rateLimit?.delayMs, degraded: req.rateLimit?.degraded }))
+  t.teardown(async () => { await degraded.close(); dead.disconnect() })
+  await degraded.ready()
+  const answers = await Promise.all(Array.from({ length: 3 }, async () => (await degraded.inject('/d')).json()))
+  t.same(answers, [{ delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }], 'onRedisError decided: no turn, no hold')
+  t.equal(degraded.rateLimit.stats().held, 0)
 })

@@ -250,6 +250,9 @@ test('schedule(): 20 callers on 2 instances share a 50/s policy, each resolving 
     (decision) => decision.delayMs, (error: { code: string, retryAfter: number }) => error.code)))
   t.same(later.filter((x) => typeof x === 'number').sort((a, b) => Number(a) - Number(b)), Array.from({ length: 31 }, (_, k) => 400 + k * 20), 'the aborted turn was reused; turns up to the delay')
   t.same(later.filter((x) => typeof x === 'string'), ['FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED'], 'a turn past the delay rejects with the coded refusal')
+  const api = (apps[0] as FastifyInstance).rateLimit
+  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, { signal: 'soon' } as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options\.signal must be an AbortSignal \(got string\)/ })
+  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, 5 as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options must be \{ signal\? \} \(got number\)/ })
   const consumed = await (apps[0] as FastifyInstance).rateLimit.consume('upstream', { apiKey: 'payments' })
   t.equal(consumed.allowed, false, 'consume() never waits: it admits only what fits now')
   t.equal(consumed.delayMs, 0)

@@ -24,7 +24,8 @@ function refusal (evaluation: Evaluation): Error {
 /** The signal option: an AbortSignal or nothing. */
 export function scheduleSignal (options: unknown): AbortSignal | undefined {
   if (options === undefined) return undefined
-  const signal = (options !== null && typeof options === 'object') ? (options as { signal?: unknown }).signal : null
+  if (options === null || typeof options !== 'object') throw new FST_RRL_INVALID_API_CALL('schedule', `options must be { signal? } (got ${options === null ? 'null' : typeof options})`)
+  const signal = 'signal' in options ? options.signal : undefined
   if (signal === undefined) return undefined
   if (!(signal instanceof AbortSignal)) throw new FST_RRL_INVALID_API_CALL('schedule', `options.signal must be an AbortSignal (got ${signal === null ? 'null' : typeof signal})`)
   return signal

@@ -68,6 +68,20 @@ test('every decision is published on the decision channel and counted by OpenTel
   t.same(recorded.filter((r) => r.name === METRICS.denyCacheHits).map((r) => r.attributes), [{ route: 'GET /x', policy: 'x' }])
 })
 
+test('a request admitted at a reserved turn: outcome delayed on the channel and the counter, its hold in rate_limit.delay', async (t) => {
+  recorded.length = 0
+  const messages = listenChannel<DecisionMessage>(t, CHANNELS.decision)
+  const { app } = await setup(t)
+  app.get('/d', { config: { rateLimit: { algorithm: 'gcra', limit: 1, window: '1s', delay: '2s', name: 'd' } } }, async () => 'ok')
+  await app.ready()
+  t.equal((await app.inject('/d')).statusCode, 200)
+  t.equal((await app.inject('/d')).statusCode, 200)
+  t.same(messages.map((m) => [m.outcome, m.delayMs]), [['allowed', 0], ['delayed', 1000]])
+  t.same(recorded.filter((r) => r.name === METRICS.decisions).map((r) => r.attributes.outcome), ['allowed', 'delayed'])
+  t.same(recorded.filter((r) => r.name === METRICS.delay).map((r) => [r.value, r.attributes]), [[1000, { route: 'GET /d', policy: 'd' }]])
+  t.same(app.rateLimit.stats().delayed, 1)
+})
+
 test('store failures: degraded decisions and errors by cause', async (t) => {
   recorded.length = 0
   const decisions = listenChannel<DecisionMessage>(t, CHANNELS.decision)

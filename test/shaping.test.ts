@@ -229,33 +229,38 @@ test('schedule(): 20 callers on 2 instances share a 50/s policy, each resolving 
     clients[1]?.disconnect()
   })
   const startedAt = performance.now()
-  const calls = await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+  const pendingCalls = Promise.all(Array.from({ length: 20 }, async (_, i) => {
     const decision = await (apps[i % 2] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' })
     return { delayMs: decision.delayMs, at: performance.now() - startedAt }
   }))
-  t.same(calls.map((c) => c.delayMs).sort((a, b) => a - b), Array.from({ length: 20 }, (_, k) => k * 20), 'turns 20 ms apart (50/s), fleet-wide')
-  const errors = calls.map((c) => c.at - c.delayMs)
-  t.comment(`schedule(): resolve time minus turn: ${spread(errors)}`)
+  // The next steps run once these are decided, not once they resolve: the clock is frozen, but Redis
+  // expires the key by the real one (here 400 ms after the last turn was reserved).
+  const delayed = (i: number): number => apps[i]?.rateLimit.stats().delayed ?? 0
+  await waitUntil(() => delayed(0) + delayed(1) === 19)
   // The clock half a second back for this call: its turn is 900 ms away, time enough to see it held on a loaded machine.
   clock.advance(-500)
   const aborted = new AbortController()
   const pending = (apps[1] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' }, 1, { signal: aborted.signal })
-  await waitUntil(() => apps[1]?.rateLimit.stats().held === 1)
+  await waitUntil(() => delayed(0) + delayed(1) === 20)
   clock.advance(500)
   aborted.abort()
   await t.rejects(pending, { name: 'AbortError' }, 'an aborted schedule() rejects with the signal\'s reason')
   await waitUntil(() => apps[1]?.rateLimit.stats().delayAborted === 1)
+  const api = (apps[0] as FastifyInstance).rateLimit
+  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, { signal: 'soon' } as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options\.signal must be an AbortSignal \(got string\)/ })
+  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, 5 as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options must be \{ signal\? \} \(got number\)/ })
+  // (Before the holds below: Redis expires the key by the real clock, which moves while they wait.)
+  const consumed = await (apps[0] as FastifyInstance).rateLimit.consume('upstream', { apiKey: 'payments' })
+  t.equal(consumed.allowed, false, 'consume() never waits: it admits only what fits now')
+  t.equal(consumed.delayMs, 0)
   // Its turn (400 ms) was the latest: given back. Then 400 … 1000 ms fit the 1 s delay, 31 turns; 4 more are past it.
   const later = await Promise.all(Array.from({ length: 35 }, async (_, i) => await (apps[i % 2] as FastifyInstance).rateLimit.schedule('upstream', { apiKey: 'payments' }).then(
     (decision) => decision.delayMs, (error: { code: string, retryAfter: number }) => error.code)))
   t.same(later.filter((x) => typeof x === 'number').sort((a, b) => Number(a) - Number(b)), Array.from({ length: 31 }, (_, k) => 400 + k * 20), 'the aborted turn was reused; turns up to the delay')
   t.same(later.filter((x) => typeof x === 'string'), ['FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED', 'FST_RRL_RATE_LIMITED'], 'a turn past the delay rejects with the coded refusal')
-  const api = (apps[0] as FastifyInstance).rateLimit
-  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, { signal: 'soon' } as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options\.signal must be an AbortSignal \(got string\)/ })
-  await t.rejects(api.schedule('upstream', { apiKey: 'payments' }, 1, 5 as never), { code: 'FST_RRL_INVALID_API_CALL', message: /options must be \{ signal\? \} \(got number\)/ })
-  const consumed = await (apps[0] as FastifyInstance).rateLimit.consume('upstream', { apiKey: 'payments' })
-  t.equal(consumed.allowed, false, 'consume() never waits: it admits only what fits now')
-  t.equal(consumed.delayMs, 0)
+  const calls = await pendingCalls
+  t.same(calls.map((c) => c.delayMs).sort((a, b) => a - b), Array.from({ length: 20 }, (_, k) => k * 20), 'the first 20: turns 20 ms apart (50/s), fleet-wide')
+  t.comment(`schedule(): resolve time minus turn: ${spread(calls.map((c) => c.at - c.delayMs))}`)
 })
 
 test('startup: delay on the wrong block, too long, in shadow mode, or past the exact bound fails with the field named', async (t) => {

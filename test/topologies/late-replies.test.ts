@@ -52,10 +52,19 @@ async function admittedAfter (t: Test, app: FastifyInstance, admin: Redis): Prom
   t.match(res.json(), { allowed: true, degraded: false }, 'decided by Redis')
 }
 
-/** Serves one request before the fault, so the library is loaded and its slot is back. */
+/**
+ * Serves one request before the fault, so the library is loaded and its slot is back. The
+ * default 50 ms timeout is kept; on a core the rest of the suite loads, a first decision can
+ * miss it (CI saw one), so the warm-up tries up to three times: a precondition, not the test.
+ */
 async function warm (t: Test, app: FastifyInstance, admin: Redis): Promise<void> {
-  t.match((await app.inject('/c')).json(), { allowed: true, degraded: false }, 'decided by Redis before the fault')
-  await waitFor('the warm-up slot released', async () => await heldSlots(admin) === 0, 2000)
+  let decided: unknown
+  for (let attempt = 0; attempt < 3; attempt++) {
+    decided = (await app.inject('/c')).json()
+    await waitFor('the warm-up slot released', async () => await heldSlots(admin) === 0, 2000)
+    if ((decided as { degraded?: boolean }).degraded === false) break
+  }
+  t.match(decided, { allowed: true, degraded: false }, 'decided by Redis before the fault')
 }
 
 test('Redis stopped just over `timeout`: the late call takes the slot, the late reply (or the timeout) releases it', async (t) => {

@@ -47,7 +47,8 @@ for (const { name, block } of SNIPPETS) {
     const code = block.code.replace(/^await app\.listen\(.*\)\n/m, '')
     t.not(code, block.code, 'the snippet without its listen')
     const file = blockModule('startup', code, '\nexport { app }\n')
-    const { app } = await within(import(pathToFileURL(file).href) as Promise<{ app: FastifyInstance }>, 5000, 'the snippet')
+    // A hang guard, not a timing: the first import compiles lib/ (tsx), slow on a cold cache under CI's parallel files.
+    const { app } = await within(import(pathToFileURL(file).href) as Promise<{ app: FastifyInstance }>, 30_000, 'the snippet')
     const later: { server?: ManagedServer } = {}
     t.teardown(async () => { await app.close(); await later.server?.stop() })
     app.get('/open', { config: { rateLimit: { limit: 2, window: '1h', onRedisError: 'open', by: 'header:x-id' } } }, async (req) => req.rateLimit)

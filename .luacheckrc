@@ -7,13 +7,13 @@ files['scripts/sliding-window.lua'] = { read_globals = { 'call', 'floor', 'ceil'
 files['scripts/sliding-log.lua'] = { read_globals = { 'call', 'min', 'format', 'match', 'find', 'sub' } }
 files['scripts/token-bucket.lua'] = { read_globals = { 'call', 'floor', 'ceil', 'format', 'packNumbers', 'unpackNumbers' } }
 files['scripts/gcra.lua'] = { read_globals = { 'call', 'floor', 'ceil', 'format', 'packNumbers', 'unpackNumbers' } }
-files['scripts/concurrency.lua'] = { read_globals = { 'call', 'tonumber', 'format', 'SLOT_RETRY_MS' } }
+files['scripts/concurrency.lua'] = { read_globals = { 'call', 'tonumber', 'format', 'SLOT_RETRY_MS', 'WAKE_CHANNEL' } }
 files['scripts/prelude.lua'] = { read_globals = {  }, ignore = { '2[1-4]./libraryFunctions' } }
 files['scripts/clock.lua'] = { read_globals = { 'call', 'tonumber', 'floor' }, ignore = { '2[1-4]./nowMs' } }
-files['scripts/reply.lua'] = { read_globals = { 'REPLY_PACK' }, ignore = { '2[1-4]./errorText', '2[1-4]./out', '2[1-4]./emit' } }
+files['scripts/reply.lua'] = { read_globals = { 'REPLY_PACK', 'QUEUED_HEAD' }, ignore = { '2[1-4]./errorText', '2[1-4]./out', '2[1-4]./emit' } }
 files['scripts/spec.lua'] = { read_globals = { 'match', 'tonumber' }, ignore = { '2[1-4]./blockSpec' } }
-files['scripts/batch.lua'] = { read_globals = { 'match', 'tonumber', 'sub' }, ignore = { '2[1-4]./delayFn', '2[1-4]./periodFn', '2[1-4]./sFn', '2[1-4]./sLimit', '2[1-4]./sWindow', '2[1-4]./sBurst', '2[1-4]./sShadow', '2[1-4]./sPenalty', '2[1-4]./specOf', '2[1-4]./numbered' } }
-files['scripts/batch-specs.lua'] = { read_globals = { 'nowMs', 'tonumber', 'format', 'byte', 'blockSpec', 'algorithm', 'delayFn', 'periodFn', 'SPEC_STRIDE' }, globals = { 'specOf', 'numbered', 'sFn', 'sLimit', 'sWindow', 'sBurst', 'sShadow', 'sPenalty' }, ignore = { '2[1-4]./now', '2[1-4]./specs' } }
+files['scripts/batch.lua'] = { read_globals = { 'match', 'tonumber', 'sub' }, ignore = { '2[1-4]./delayFn', '2[1-4]./queueFn', '2[1-4]./periodFn', '2[1-4]./sFn', '2[1-4]./sLimit', '2[1-4]./sWindow', '2[1-4]./sBurst', '2[1-4]./sShadow', '2[1-4]./sPenalty', '2[1-4]./specOf', '2[1-4]./numbered' } }
+files['scripts/batch-specs.lua'] = { read_globals = { 'nowMs', 'tonumber', 'format', 'byte', 'blockSpec', 'algorithm', 'delayFn', 'queueFn', 'periodFn', 'SPEC_STRIDE' }, globals = { 'specOf', 'numbered', 'sFn', 'sLimit', 'sWindow', 'sBurst', 'sShadow', 'sPenalty' }, ignore = { '2[1-4]./now', '2[1-4]./specs' } }
 files['scripts/multi.lua'] = { read_globals = { 'DECISION_STRIDE' }, ignore = { '2[1-4]./modeOf', '2[1-4]./decideAll' } }
 files['scripts/penalty.lua'] = { read_globals = { 'call', 'match', 'tonumber', 'floor', 'min', 'format' }, ignore = { '2[1-4]./penaltyRead', '2[1-4]./penaltyRefused' } }
 files['scripts/paths.lua'] = { read_globals = { 'now', 'tonumber', 'sFn', 'sLimit', 'sWindow', 'sBurst', 'sShadow', 'sPenalty', 'modeOf', 'decideAll', 'penaltyRead', 'penaltyRefused', 'DECISION_STRIDE', 'ADJUST_STRIDE' } }

@@ -1,6 +1,7 @@
 /**
  * `npm run bench:held`: the memory one held request costs (a block's `delay`,
- * docs/shaping.md). One process, the memory store, a frozen clock: 2,000
+ * docs/shaping.md); `npm run bench:held -- --wait`: one waiting for a slot
+ * (a concurrency block's `wait`, one slot held throughout). One process, the memory store, a frozen clock: 2,000
  * requests over real loopback sockets (one connection each, as a flood of
  * callers would open) are held for their turns; the
  * heap and RSS are read (after a GC) before, while all are held, and after
@@ -15,6 +16,7 @@ import { Agent, request } from 'undici'
 import rateLimit from '../lib/index.js'
 
 const HELD = Number(process.env.HELD ?? 2000)
+const WAIT = process.argv.includes('--wait')
 const gc = (globalThis as { gc?: () => void }).gc
 if (gc === undefined) throw new Error('run with node --expose-gc')
 
@@ -26,30 +28,50 @@ function sample (): { heap: number, rss: number } {
 
 const app = Fastify({ logger: false })
 await app.register(rateLimit, { store: 'memory', clock: () => 1_800_000_000_000, maxDelayed: HELD })
-// 100 per second, 60 s of turns: every request beyond the first hundred is held (2,000 take 20 s of turns).
-app.get('/held', { config: { rateLimit: { algorithm: 'gcra', limit: 100, window: '1s', delay: '60s' } } }, async () => 'ok')
+let open: () => void = () => {}
+const gate = new Promise<void>((resolve) => { open = resolve })
+if (WAIT) {
+  // One slot, held by the first request until the end; every other request waits for it.
+  app.get('/held', { config: { rateLimit: { concurrency: 1, wait: '60s', by: 'ip' } } }, async (req) => {
+    if (req.headers['x-hold'] !== undefined) await gate
+    return 'ok'
+  })
+} else {
+  // 100 per second, 60 s of turns: every request beyond the first hundred is held (2,000 take 20 s of turns).
+  app.get('/held', { config: { rateLimit: { algorithm: 'gcra', limit: 100, window: '1s', delay: '60s' } } }, async () => 'ok')
+}
 const base = await app.listen({ port: 0, host: '127.0.0.1', backlog: 4096 })
 const agent = new Agent({ connections: HELD + 100 })
-const send = async (): Promise<number> => {
-  const res = await request(`${base}/held`, { dispatcher: agent })
+const send = async (headers: Record<string, string> = {}): Promise<number> => {
+  const res = await request(`${base}/held`, { dispatcher: agent, headers })
   await res.body.dump()
   return res.statusCode
 }
 
-for (let i = 0; i < 100; i++) await send()
+const holder = WAIT ? send({ 'x-hold': '1' }) : Promise.resolve(200)
+if (WAIT) {
+  while (app.rateLimit.stats().allowed < 1) await new Promise((resolve) => setTimeout(resolve, 10))
+} else {
+  for (let i = 0; i < 100; i++) await send()
+}
 const before = sample()
-const answers = Array.from({ length: HELD }, send)
-while (app.rateLimit.stats().delayed < HELD) await new Promise((resolve) => setTimeout(resolve, 50))
+const answers = Array.from({ length: HELD }, async () => await send())
+const count = (): number => WAIT ? app.rateLimit.stats().waiting : app.rateLimit.stats().delayed
+while (count() < HELD) await new Promise((resolve) => setTimeout(resolve, 50))
 const during = sample()
 // The earliest turns (10 ms apart) may have come already: divide by what is held now.
-const heldNow = app.rateLimit.stats().held
-await app.close()
+const heldNow = WAIT ? app.rateLimit.stats().waiting : app.rateLimit.stats().held
+const closing = app.close()
+open()
+await closing
 const statuses = await Promise.all(answers)
+await holder
 const after = sample()
 await agent.close()
 
 const per = (a: number, b: number): string => ((b - a) / heldNow).toFixed(0)
 console.log(JSON.stringify({
+  kind: WAIT ? 'waiting for a slot (wait)' : 'held for a turn (delay)',
   sent: HELD,
   heldWhenSampled: heldNow,
   answered503: statuses.filter((s) => s === 503).length,

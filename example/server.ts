@@ -225,6 +225,15 @@ app.get('/thumbnails', {
   config: { rateLimit: { algorithm: 'gcra', limit: 5, window: '1s', delay: '500ms', by: 'ip', name: 'thumbnails' } }
 }, async (req) => ({ outcome: req.rateLimit?.outcome, delayMs: req.rateLimit?.delayMs }))
 
+// Downloads: one in flight per IP across the fleet, and a request that finds it busy waits up to 3 s for
+// the slot (a fleet-wide queue in arrival order) instead of a 429. docs/shaping.md.
+app.get('/downloads', {
+  config: { rateLimit: { concurrency: 1, wait: '3s', by: 'ip', name: 'downloads' } }
+}, async (req) => {
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  return { outcome: req.rateLimit?.outcome, waited: (req.rateLimit?.delayMs ?? 0) > 0 }
+})
+
 // Charge: an outbound call to a payment provider, at most 5 per second for the whole fleet; each call
 // waits for its turn (schedule()), and one whose turn is more than 2 s away is refused.
 app.post('/charge', { config: { rateLimit: false } }, async (_req, reply) => {

@@ -5,6 +5,7 @@ import { Overrides } from './fleet/overrides.js'
 import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
 import { Holds } from './decide/holds.js'
+import { Waiters } from './decide/waiters.js'
 import { SlotKeeper } from './kinds/concurrency/decide.js'
 import type { IdentityContext, IdentityKind } from './keys/identity.js'
 import { bansKey, overridesKey } from './keys/layout.js'
@@ -84,14 +85,16 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
   })
+  const waiters = new Waiters(options.lease, (onWake, onGap) => store.watchSlots(onWake, onGap))
   const runtime: PluginRuntime = {
     store,
     writeHeaders: headerWriter(options.headers),
     redirectGuard: redirectGuard(options.headers),
     allowList: options.allowList,
     refuse,
-    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0, delayed: 0, delayAborted: 0, undelayed: 0, held: 0 },
-    holds: new Holds(options.maxDelayed),
+    stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0, delayed: 0, delayAborted: 0, undelayed: 0, waitExpired: 0, held: 0, waiting: 0 },
+    holds: new Holds(options.maxDelayed, () => waiters.size),
+    waiters,
     failures: new BurstLogger(elapsed),
     badInput: new BurstLogger(elapsed),
     telemetry: new BurstLogger(elapsed),
@@ -135,6 +138,7 @@ export function compileContext (
 /** Stops what the runtime started: the store, the override and ban polls, the local limiter, metrics. */
 export function closeRuntime (runtime: PluginRuntime): void {
   runtime.holds.closeAll()
+  runtime.waiters.closeAll()
   runtime.slots.close()
   runtime.store.close()
   runtime.overrides.close()

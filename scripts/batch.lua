@@ -11,7 +11,9 @@
 --             period's boundaries 'b0:b1:b2:b3', see lib/kinds/period/calendar.ts: the
 --             block counts in the one of [b0,b1), [b1,b2), [b2,b3) holding now; or
 --             a delay's 'd<ms>' (turns may be reserved up to ms ahead) or 'n<ms>'
---             (the same reach, no turn reserved: this instance holds no more))
+--             (the same reach, no turn reserved: this instance holds no more); or
+--             a concurrency block's wait, 'w' (may join the slot's queue) or
+--             'o' (keeps the queue's order, does not join))
 --   then per decision, in order, either
 --     s                (s > 0) one block of spec s, charged 1, no penalty: the
 --                      common case; its one key is next in KEYS
@@ -54,7 +56,7 @@
 -- (a library keeps it between calls), then per call batch-specs.lua, the lazily
 -- built paths (multi.lua, penalty.lua, paths.lua: --@provides paths) and batch-loop.lua.
 --@requires match tonumber sub
---@provides delayFn periodFn sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
+--@provides delayFn queueFn periodFn sFn sLimit sWindow sBurst sShadow sPenalty specOf numbered
 -- A calendar period's block: fixed-window over the period holding now (its start
 -- the window's index, its length the window), or an error for its decisions alone
 -- when none does (a clock more than a period from the Node that sent them).
@@ -75,6 +77,11 @@ end
 local function delayFn (fn, tail)
   local reach, hold = tonumber(sub(tail, 2)), sub(tail, 1, 1) == 'd'
   return function (key, limit, w, burst, cost, t, mode, chargedAt) return fn(key, limit, w, burst, cost, t, mode, chargedAt, reach, hold) end
+end
+
+-- A concurrency block's wait ('w' may join the queue, 'o' keeps its order without joining: concurrency.lua).
+local function queueFn (fn, tail)
+  return function (key, limit, w, burst, cost, t, mode) return fn(key, limit, w, burst, cost, t, mode, nil, tail) end
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each

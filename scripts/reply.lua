@@ -1,6 +1,6 @@
 -- A call's reply, for the batch script and a lone decision's script (their
 -- layout: batch.lua's header; protocol.ts splitBatchReply reads it).
---@requires REPLY_PACK
+--@requires REPLY_PACK QUEUED_HEAD
 --@provides errorText out emit
 
 -- A failed decision's reply text, whatever redis.call raised (a table with
@@ -28,6 +28,11 @@ local out = {}
 local function emit (o, a, r, reset, retry, nextMs)
   if a == 4 then
     out[o + 1], out[o + 2], out[o + 3] = -retry, reset, nextMs
+    return o + 3
+  end
+  -- a place in a slot's queue (concurrency.lua's 5, remaining the waiters ahead)
+  if a == 5 then
+    out[o + 1], out[o + 2], out[o + 3] = QUEUED_HEAD - r, 0, 0
     return o + 3
   end
   if a == 1 then

@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { buildApp, TestClock } from './helpers/app.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { listeningFleet } from './helpers/fleet.js'
 
 /*
  * Shaping with `delay` (docs/shaping.md): several instances on one Redis and
@@ -27,31 +28,18 @@ interface Fleet {
 }
 
 async function fleet (t: Test, size: number, block: Record<string, unknown> | Array<Record<string, unknown>>, options: Record<string, unknown> = {}): Promise<Fleet> {
-  const server = await getRedis()
-  const prefix = uniquePrefix('shape')
   const clock = new TestClock()
   const starts: Fleet['starts'] = []
-  const apps: FastifyInstance[] = []
-  const clients: Redis[] = []
-  const bases: string[] = []
-  for (let i = 0; i < size; i++) {
-    const redis = createClient(server)
-    clients.push(redis)
+  const built = await listeningFleet(t, 'shape', size, async (redis, prefix) => {
     // Holds are timed on this machine; the store's 50 ms default timeout is not under test here.
     const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, user: (req) => req.headers['x-user'] as string | undefined, ...options })
     app.get('/shaped', { config: { rateLimit: Array.isArray(block) ? block : { by: 'user', ...block } } as never }, async (req) => {
       starts.push([req.rateLimit?.delayMs ?? -1, performance.now()])
       return { delayMs: req.rateLimit?.delayMs, outcome: req.rateLimit?.outcome }
     })
-    bases.push(await app.listen({ port: 0, host: '127.0.0.1' }))
-    apps.push(app)
-  }
-  const inspector = createClient(server)
-  cleanUpPrefix(t, inspector, prefix, async () => {
-    for (const app of apps) await app.close()
-    for (const client of clients) client.disconnect()
+    return app
   })
-  return { bases, apps, clock, inspector, prefix, starts }
+  return { ...built, clock, starts }
 }
 
 /** One request; its status, the delay it was admitted with (-1 when refused) and when its answer came. */

@@ -1,8 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/evaluate.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
+import { waitForSlot } from '../decide/slot-wait.js'
 import { tableCells } from '../kinds/index.js'
-import { FST_RRL_INVALID_API_CALL } from '../errors.js'
+import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
 import { scheduled, scheduleSignal } from './schedule.js'
@@ -184,8 +185,15 @@ async function acquireSlot (
     throw new FST_RRL_INVALID_API_CALL('acquire', `${JSON.stringify(target)} has no concurrency block (use consume for rate limits)`)
   }
   const input = { ...await apiInput(policy, identityInput(identity, 'acquire'), 1, overrides), slot: newSlotId() }
-  const evaluation = await evaluate(input, { log, route: `api ${policy.route}`, source: 'api' }, runtime)
-  const held = holdSlots(runtime, input, evaluation, log)
+  const origin = { log, route: `api ${policy.route}`, source: 'api', waits: true } as const
+  let evaluation = await evaluate(input, origin, runtime)
+  if (evaluation.queued) {
+    // A block's `wait`: the call waits for a slot as a request would; the plugin's close ends it unavailable.
+    const result = await waitForSlot(evaluation, origin, runtime, () => () => {})
+    if (result === 'left' || result === 'closed') throw Object.assign(new FST_RRL_LIMITER_UNAVAILABLE(1), { rateLimit: evaluation.decision, retryAfter: 1 })
+    evaluation = result
+  }
+  const held = holdSlots(runtime, evaluation.input, evaluation, log)
   return { ...evaluation.decision, release: () => { held?.release() } }
 }
 
@@ -199,7 +207,7 @@ export function createApi (
   const { overrides, bans } = records
   return {
     policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
-    stats: () => ({ ...runtime.stats, held: runtime.holds.size }),
+    stats: () => ({ ...runtime.stats, held: runtime.holds.size, waiting: runtime.waiters.size }),
     async peek (target, identity, cost) {
       const policy = registry.find(target, 'peek')
       return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)

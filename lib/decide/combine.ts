@@ -19,6 +19,8 @@ export interface Verdict {
   latestRetryMs: number
   /** Admitted at a reserved turn: the longest wait over the enforced blocks that delay (ms); 0 when admitted now or refused. */
   waitMs: number
+  /** Refused only by concurrency blocks that offered a place in their queue (a block's `wait`): the request may wait. */
+  queued: boolean
 }
 
 /** The binding decision where no block was decided (a policy always has one; never read then). */
@@ -50,6 +52,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
   let fewest = Infinity
   let shadowBinding = -1
   let waitMs = 0
+  let queued = true
   for (let i = 0; i < runs.length; i++) {
     const decision = decisions[i]
     if (decision === undefined) continue
@@ -59,6 +62,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     }
     if (!decision.allowed) {
       rejected = true
+      if (decision.queued === undefined) queued = false
       if (decision.retryAfterMs > latest) {
         latest = decision.retryAfterMs
         binding = i
@@ -87,6 +91,7 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     violated: rejected ? refusedNames(policy, runs, decisions, true) : [],
     shadowViolated: shadowLimited ? refusedNames(policy, runs, decisions, false) : [],
     latestRetryMs: latest,
-    waitMs: rejected ? 0 : waitMs
+    waitMs: rejected ? 0 : waitMs,
+    queued: rejected && queued
   }
 }

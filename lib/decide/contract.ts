@@ -5,6 +5,7 @@ import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/decide.js'
 import type { Holds } from './holds.js'
+import type { Waiters } from './waiters.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { MemoryStore } from '../store/memory/store.js'
@@ -32,8 +33,10 @@ export interface Engine {
   localStore: () => MemoryStore
   /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */
   slots: SlotKeeper
-  /** Requests held for a reserved turn (a block's `delay`), bounded by maxDelayed. */
+  /** Requests held for a reserved turn (a block's `delay`), bounded by maxDelayed with the waiters. */
   holds: Holds
+  /** Requests waiting for a concurrency slot (a block's `wait`). */
+  waiters: Waiters
 }
 
 /** Where outcomes are told: counters, metrics and logs throttled per burst. */
@@ -65,6 +68,10 @@ export interface DecisionInput {
   costs: readonly number[]
   /** This request's slot id, when some block is a concurrency block (see kinds/concurrency/decide.ts newSlotId). */
   slot?: string
+  /** Ms this request has waited for a slot so far (a block's `wait`: decide/slot-wait.ts); absent: it has not. */
+  waitedMs?: number
+  /** performance.now() when a policy with `delay` or `wait` sent its last decision. */
+  sentAt?: number
 }
 
 /** Where a decision is reported: the request's logger and the name logs and metrics use. */
@@ -75,6 +82,10 @@ export interface DecisionOrigin {
   source: DecisionSource
   /** The caller holds a request admitted at a later turn (a route, the API's schedule()); absent: only what fits now is admitted (consume()). */
   holds?: boolean
+  /** The caller waits for a concurrency slot (a route, acquire()); absent: a block's `wait` is not used. */
+  waits?: boolean
+  /** A waiter's poll (decide/slot-wait.ts): it keeps its place in the queue whatever the maxDelayed bound. */
+  inQueue?: boolean
 }
 
 /** The result of one decision, for the hook (headers, reply) and the API. */
@@ -95,4 +106,8 @@ export interface Evaluation {
   source: DecisionSource
   /** When the store charged this decision, on its clock (store/port.ts Decided.at): what a give-back sends. Undefined unless the store decided. */
   chargedAt: number | undefined
+  /** Admitted at a reserved turn this many ms away (a block's `delay`): how long the request is held; 0: it goes on now. */
+  turnMs: number
+  /** No slot yet, but the request joined the slot's queue and waits (a block's `wait`): not an answer, never reported. */
+  queued: boolean
 }

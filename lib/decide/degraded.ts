@@ -46,6 +46,6 @@ export async function degraded (input: DecisionInput, origin: DecisionOrigin, ru
   if (input.policy.onRedisError === 'local') return await decideLocally(input, runtime)
   const closed = failureAnswer(input.policy) === 'refused'
   const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0, nextMs: 0 }
-  const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], waitMs: 0, latestRetryMs: -1 }
+  const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], waitMs: 0, latestRetryMs: -1, queued: false }
   return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, origin.source, 'charge')
 }

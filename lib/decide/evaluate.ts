@@ -97,7 +97,7 @@ function report (call: StoreCall, evaluation: Evaluation, durationMs: number, fa
   const { input, origin, runtime } = call
   try {
     if (failure !== undefined) reportFailure(input, origin, runtime, failure)
-    else if (evaluation.decision.outcome !== 'allowed') logRefusal(call, evaluation)
+    else if (evaluation.rejected || evaluation.decision.outcome === 'shadow-limited') logRefusal(call, evaluation)
     publish(runtime, input, origin, evaluation, durationMs)
   } catch (error) {
     runtime.telemetry.report(origin.log, { err: error }, TELEMETRY_THREW)
@@ -117,11 +117,13 @@ function reportCached (input: DecisionInput, origin: DecisionOrigin, runtime: Ru
 function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): void {
   const durationMs = since(call.startedAt)
   call.done(evaluation)
-  report(call, evaluation, durationMs, failure)
+  // A place in a slot's queue is not an answer: the wait's end is reported (decide/slot-wait.ts).
+  if (!evaluation.queued) report(call, evaluation, durationMs, failure)
 }
 
-/** The store failed (or the breaker is open): the route's onRedisError decides. */
+/** The store failed (or the breaker is open): the route's onRedisError decides, and the waiters here meet it now, not at their next poll. */
 function storeFailed (call: StoreCall, error: unknown): void {
+  if (call.runtime.waiters.size > 0) queueMicrotask(() => { call.runtime.waiters.wakeAll() })
   degraded(call.input, call.origin, call.runtime).then((evaluation) => { deliver(call, evaluation, error) }, call.fail)
 }
 
@@ -155,7 +157,11 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   }
 
   // 2. One store call for every block; its failure → onRedisError.
-  if (input.policy.delays) input = turnsFor(input, origin, runtime)
+  if (input.policy.delays) {
+    input = turnsFor(input, origin, runtime)
+    // A waiter's wake-up may arrive before this call's reply (decide/waiters.ts add).
+    input.sentAt = performance.now()
+  }
   const call: StoreCall = { input, origin, runtime, done, fail, startedAt, now }
   if (breaker !== undefined && !breaker.allow()) {
     storeFailed(call, new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
@@ -179,14 +185,19 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
 }
 
 /**
- * A policy with `delay`: its runs may reserve a later turn only when the caller
- * holds the request and this instance holds fewer than maxDelayed (counted
- * `undelayed` when full); else only what fits now is admitted.
+ * A policy with `delay` or `wait`: its runs may reserve a later turn when the
+ * caller holds the request, or join a slot's queue when it waits, and this
+ * instance holds and queues fewer than maxDelayed (counted `undelayed` when
+ * full; a waiter's own polls keep their place); else only what fits now is admitted.
  */
 function turnsFor (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): DecisionInput {
-  if (origin.holds === true && !runtime.holds.full) return input
-  if (origin.holds === true) runtime.stats.undelayed++
-  return { ...input, runs: withoutTurns(input.runs) }
+  if (origin.inQueue === true) return input
+  const full = runtime.holds.full
+  const turns = origin.holds === true && !full
+  const waits = origin.waits === true && !full
+  if (turns && waits) return input
+  if (full && (origin.holds === true || origin.waits === true)) runtime.stats.undelayed++
+  return { ...input, runs: withoutTurns(input.runs, turns, waits) }
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
@@ -207,17 +218,37 @@ function fromStore ({ input, origin, runtime, now }: StoreCall, decisions: RawDe
   const { stats, denyCache } = runtime
   const verdict = combine(input.policy, input.runs, decisions)
   const { rejected, outcome } = verdict
-  if (rejected) {
+  if (verdict.queued) {
+    // Waiting for a slot: counted when the wait ends.
+  } else if (rejected) {
     stats.limited++
     if (outcome === 'penalized') stats.penalized++
     if (denyCache !== undefined) rememberRefusals(denyCache, input, decisions, now)
-  } else {
-    stats.allowed++
-    if (outcome === 'shadow-limited') stats.shadowLimited++
-    else if (outcome === 'delayed') stats.delayed++
   }
   const evaluation = toEvaluation(input, decisions, verdict, origin.source, 'charge')
   evaluation.chargedAt = at
+  if (!rejected) {
+    stats.allowed++
+    if (evaluation.decision.outcome === 'shadow-limited') stats.shadowLimited++
+    else if (evaluation.decision.outcome === 'delayed') stats.delayed++
+  }
+  return evaluation
+}
+
+/**
+ * A wait for a slot ran out: its last queued answer as the refusal (a slot
+ * refusal's Retry-After), counted and reported as a store's refusal is.
+ */
+export function refusedAfterWait (last: Evaluation, origin: DecisionOrigin, runtime: Runtime): Evaluation {
+  const { input } = last
+  const decisions = last.decisions.map((decision) => decision?.queued === undefined ? decision : { ...decision, remaining: 0, queued: undefined })
+  const verdict = combine(input.policy, input.runs, decisions)
+  const evaluation = toEvaluation({ ...input, waitedMs: undefined }, decisions, verdict, origin.source, 'charge')
+  evaluation.chargedAt = last.chargedAt
+  runtime.stats.limited++
+  runtime.stats.waitExpired++
+  const call: StoreCall = { input, origin, runtime, done: () => {}, fail: () => {}, startedAt: 0, now: runtime.clock() }
+  report(call, evaluation, 0, undefined)
   return evaluation
 }
 

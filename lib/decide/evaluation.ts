@@ -44,6 +44,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
   const { rejected, binding, outcome, top } = verdict
   const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
   const run = runs[binding]
+  const waitedMs = Math.round(input.waitedMs ?? 0)
   return {
     input,
     decision: {
@@ -54,8 +55,9 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
       retryAfterMs: top.retryAfterMs,
       policy: policy.blocks[binding]?.name ?? policy.name,
       degraded: outcome === 'degraded' || source === 'local',
-      outcome,
-      delayMs: verdict.waitMs,
+      // Waited for a slot, then admitted: delayed, however its blocks answered this time.
+      outcome: !rejected && waitedMs > 0 && outcome !== 'degraded' ? 'delayed' : outcome,
+      delayMs: verdict.waitMs + (rejected ? 0 : waitedMs),
       tier: run?.tier,
       policies: policyDecisions(input, decisions, charge)
     },
@@ -67,7 +69,9 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
     shadowViolated: verdict.shadowViolated,
     retrySeconds: outcome === 'degraded' ? UNAVAILABLE_RETRY_SECONDS : rejected ? retryAfterSeconds(verdict.latestRetryMs) : 0,
     source,
-    chargedAt: undefined
+    chargedAt: undefined,
+    turnMs: verdict.waitMs,
+    queued: verdict.queued
   }
 }
 

@@ -17,9 +17,12 @@ interface Held {
 export class Holds {
   readonly #max: number
   readonly #held = new Set<Held>()
+  /** The others the bound covers: requests waiting for a slot (decide/waiters.ts). */
+  readonly #others: () => number
 
-  constructor (max: number) {
+  constructor (max: number, others: () => number = () => 0) {
     this.#max = max
+    this.#others = others
   }
 
   /** How many are held now. */
@@ -27,9 +30,9 @@ export class Holds {
     return this.#held.size
   }
 
-  /** No more may be held: decide without delay. */
+  /** No more may be held or wait: decide without delay or wait. */
   get full (): boolean {
-    return this.#held.size >= this.#max
+    return this.#held.size + this.#others() >= this.#max
   }
 
   /** Holds for `waitMs`, then `turn()`; `close()` instead if closeAll comes first. Returns the cancel (its caller left): it ends the hold silently. */

@@ -16,6 +16,6 @@ export const KINDS: Readonly<Record<KindName, BlockKind>> = {
 /** The startup table's window and burst cells for a policies() row (read back by its public fields): a slot's lease and no burst, a period's unit and zone. */
 export function tableCells (row: PolicyBlockSummary): { window: string, burst: string } {
   if (row.period !== undefined) return { window: `${row.period} (${row.timeZone ?? 'UTC'})`, burst: String(row.burst) }
-  if (row.algorithm === 'concurrency') return { window: `lease ${row.windowMs}ms`, burst: '' }
+  if (row.algorithm === 'concurrency') return { window: `lease ${row.windowMs}ms${row.waitMs === undefined ? '' : ` wait ${row.waitMs}ms`}`, burst: '' }
   return { window: `${row.windowMs}ms${row.delayMs === undefined ? '' : ` delay ${row.delayMs}ms`}`, burst: String(row.burst) }
 }

@@ -21,7 +21,11 @@ export function readKind (input: Record<string, unknown>, fail: Fail): KindName 
     fail(item(given, 1), `cannot be combined with ${item(given, 0)}: a block has exactly one of ${BLOCK_KINDS.join(', ')}`)
   }
   if (given[0] !== undefined && given[0] !== 'window' && input.delay !== undefined) {
-    fail('delay', `only applies to a gcra or token-bucket block with window (this block has ${given[0]})`)
+    const instead = given[0] === 'concurrency' ? '; a concurrency block waits for a free slot with `wait`' : ''
+    fail('delay', `only applies to a gcra or token-bucket block with window (this block has ${given[0]})${instead}`)
+  }
+  if (given[0] !== 'concurrency' && input.wait !== undefined) {
+    fail('wait', 'only applies to a concurrency block (a request waits for a free slot); a gcra or token-bucket block waits for its turn with `delay`')
   }
   if (given[0] !== 'period') {
     for (const field of ['timeZone', 'weekStart']) {

@@ -246,7 +246,10 @@ export function compileBlock (block: unknown, at: Declaration, context: CompileC
   const shape = readShape(input, fail, context.periodNow, context.lease ?? DEFAULT_LEASE_MS)
   const cost = readCost(input, shape, fail)
   const choices = readChoices(input, context, position, fail)
-  if (shape.delayMs !== undefined && choices.mode === 'shadow') fail('delay', 'holds requests, which a shadow block never does (it only records): remove delay or mode \'shadow\'')
+  if (shape.delayMs !== undefined && choices.mode === 'shadow') {
+    const field = shape.kind.holdsSlot ? 'wait' : 'delay'
+    fail(field, `holds requests, which a shadow block never does (it only records): remove ${field} or mode 'shadow'`)
+  }
   const predicates = readPredicates(input, shape.algorithm, position, fail)
   const name = readName(input, method, url, position, fail)
   const identity = readIdentity(input, context, url, site, position)

@@ -19,7 +19,7 @@ export const OPTION_NAMES: ReadonlySet<string> = new Set([
 export const BLOCK_FIELDS: ReadonlySet<string> = new Set([
   'limit', 'window', 'algorithm', 'burst', 'by', 'cost', 'onRedisError', 'name', 'mode',
   'refundOn', 'penalty', 'localLimit', 'hook', 'requestLimit', 'skip', 'settle', 'period', 'timeZone', 'weekStart', 'concurrency',
-  'delay'
+  'delay', 'wait'
 ])
 
 /** Where a name was given: the plugin options, or a block (a route's, defaultLimit, globalLimits, policies, notFound). */

@@ -46,7 +46,10 @@ function summarize (block: CompiledBlock, policy: CompiledPolicy): PolicyBlockSu
     refunds: block.refundOn !== undefined,
     settles: block.settle !== undefined
   }
-  if (block.runSpec.delayMs !== undefined) row.delayMs = block.runSpec.delayMs
+  if (block.runSpec.delayMs !== undefined) {
+    if (block.kind.holdsSlot) row.waitMs = block.runSpec.delayMs
+    else row.delayMs = block.runSpec.delayMs
+  }
   block.kind.summarize?.(row, block.runSpec.period)
   return row
 }

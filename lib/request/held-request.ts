@@ -17,8 +17,7 @@ import type { RateLimitDecision } from '../types/index.js'
  */
 
 /** Resolves false at the turn (go on), true when the request ended without going on; rejects with a refusal thrown for the error handler. */
-export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision): Promise<boolean> {
-  const { delayMs } = decision
+export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number): Promise<boolean> {
   const { policy, runtime } = ctx
   ending.held = true
   const raw = reply.raw

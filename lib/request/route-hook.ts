@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { SkipPredicate } from './allow-list.js'
-import { evaluate, evaluateThen, recordSkip, type DecisionInput, type Evaluation, type Runtime } from '../decide/evaluate.js'
+import { evaluate, evaluateThen, recordSkip, type DecisionInput, type DecisionOrigin, type Evaluation, type Runtime } from '../decide/evaluate.js'
 import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../fleet/overrides.js'
@@ -13,6 +13,8 @@ import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skip
 import { trackEnd, type Ending } from './end-of-request.js'
 import { holdRequest } from './held-request.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
+import { waitForSlot } from '../decide/slot-wait.js'
+import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
 
 /*
  * The Fastify side of a route's limit: operator bans (ban-refusal.ts), what
@@ -82,6 +84,11 @@ function trackAdmitted ({ policy, runtime }: RouteContext, request: FastifyReque
   return ending
 }
 
+/** A request's decisions: reported on its logger and route; it may be held for a turn or wait for a slot. */
+function originOf (request: FastifyRequest, route: string): DecisionOrigin {
+  return { log: request.log, route, source: 'store', holds: true, waits: true }
+}
+
 /** Fastify's `done` of a callback-style hook: nothing to continue, an error for the error handler. */
 export type HookNext = (error?: Error) => void
 
@@ -109,6 +116,7 @@ function refuse (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply
  */
 function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): FastifyReply | undefined | Promise<boolean> {
   const { policy, runtime } = ctx
+  if (evaluation.queued) return waitThenRespond(ctx, request, reply, input, evaluation)
   request.rateLimit = evaluation.decision
   const ending = !evaluation.rejected && policy.endOfRequest ? trackAdmitted(ctx, request, reply, input, evaluation) : undefined
   if (evaluation.decision.degraded) {
@@ -119,14 +127,37 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
   runtime.writeHeaders(reply, evaluation)
   if (!evaluation.rejected) {
     const { decision } = evaluation
-    return decision.delayMs > 0 && ending !== undefined ? holdRequest(ctx, request, reply, ending, decision) : undefined
+    return evaluation.turnMs > 0 && ending !== undefined ? holdRequest(ctx, request, reply, ending, decision, evaluation.turnMs) : undefined
   }
   return refuse(ctx, request, reply, evaluation, 429)
 }
 
+/**
+ * No slot yet, a place in its queue (a block's `wait`): waits for one
+ * (decide/slot-wait.ts), then responds to the decision that ended the
+ * wait; a client gone ends it silently, the plugin's close with a 503.
+ */
+async function waitThenRespond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, first: Evaluation): Promise<boolean> {
+  const raw = reply.raw
+  const onLeave = (left: () => void): (() => void) => {
+    if (raw.closed || raw.destroyed) queueMicrotask(left)
+    raw.once('close', left)
+    return () => { raw.off('close', left) }
+  }
+  const result = await waitForSlot(first, originOf(request, ctx.policy.route), ctx.runtime, onLeave)
+  if (result === 'left') return true
+  if (result === 'closed') {
+    request.rateLimit = first.decision
+    ctx.runtime.refuse(request, reply, ctx.policy, { statusCode: 503, retryAfter: UNAVAILABLE_RETRY_SECONDS, violatedPolicies: [], decision: first.decision })
+    return true
+  }
+  const answer = respond(ctx, request, reply, input, result)
+  return answer instanceof Promise ? await answer : answer !== undefined
+}
+
 // The slow paths resolve to whether a reply was sent, never to the reply: a reply is a thenable.
 async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<boolean> {
-  const answer = respond(ctx, request, reply, input, await evaluate(input, { log: request.log, route: ctx.policy.route, source: 'store', holds: true }, ctx.runtime))
+  const answer = respond(ctx, request, reply, input, await evaluate(input, originOf(request, ctx.policy.route), ctx.runtime))
   return answer instanceof Promise ? await answer : answer !== undefined
 }
 
@@ -200,6 +231,6 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime):
       continueAfter(input.then((ready) => decideAsync(ctx, request, reply, ready)), next)
       return
     }
-    evaluateThen(input, { log: request.log, route, source: 'store', holds: true }, runtime, finisher(ctx, request, reply, input, next), next)
+    evaluateThen(input, originOf(request, route), runtime, finisher(ctx, request, reply, input, next), next)
   }
 }

@@ -43,9 +43,9 @@ export interface BlockParams {
   burst: number
   /** fixed-window over a calendar period: the period's start (windowMs is then its length); else epoch-aligned. */
   start?: number
-  /** gcra and token-bucket with `delay`: how far ahead (ms) a turn may be reserved, the reach of the stored state. */
+  /** gcra and token-bucket with `delay`: how far ahead (ms) a turn may be reserved, the reach of the stored state; a concurrency block with `wait`: how long a request may wait for a slot. */
   delayMs?: number
-  /** With delayMs, false: decide within that reach but reserve no turn (this instance holds maxDelayed requests). */
+  /** With delayMs, false: decide within that reach but reserve no turn, or keep the slot queue's order without joining it (this instance holds maxDelayed requests). */
   hold?: boolean
 }
 
@@ -67,4 +67,6 @@ export interface RawDecision {
   penalized?: boolean
   /** Admitted at a turn reserved this many ms from the decision (a block's `delay`); absent: admitted now. */
   waitMs?: number
+  /** Refused for now, but a place in the slot's queue is open to it (a concurrency block's `wait`): the waiters ahead of it. */
+  queued?: number
 }

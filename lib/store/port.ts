@@ -201,5 +201,12 @@ export interface Store {
   records: (key: string) => RecordHash
   /** Whether every key of one call must share a hash slot (a Redis Cluster). */
   readonly cluster: boolean
+  /**
+   * Slot wake-ups (a concurrency block's `wait`): `onWake(key)` when a slot of
+   * `key` may be free for its queue (scripts/concurrency.lua publishes it),
+   * `onGap()` when wake-ups may have been missed (a subscriber reconnected).
+   * Returns the unsubscribe; undefined when the store has none (waiters poll).
+   */
+  watchSlots: (onWake: (key: string) => void, onGap: () => void) => (() => Promise<void>) | undefined
   close: () => void
 }

@@ -19,7 +19,7 @@ export interface RateLimitDecision {
    * `'banned'`: refused by an operator ban (`ban()`); `retryAfterMs` and `resetMs` are then the ban's time left, -1 when permanent.
    */
   outcome: 'allowed' | 'delayed' | 'limited' | 'penalized' | 'shadow-limited' | 'degraded' | 'banned'
-  /** Outcome `'delayed'`: ms held for the turn its blocks' `delay` reserved (the longest); else 0. */
+  /** Outcome `'delayed'`: ms it waited for a slot (a concurrency block's `wait`) plus ms held for the turn its blocks' `delay` reserved (the longest); else 0. */
   delayMs: number
   /** The tier applied, when the route has tier maps. */
   tier: string | undefined
@@ -55,6 +55,8 @@ export interface PolicyBlockSummary {
   timeZone?: string
   /** A gcra or token-bucket block's `delay` (ms), when it declares one: requests are held up to this long for their turn. */
   delayMs?: number
+  /** A concurrency block's `wait` (ms), when it declares one: a request waits up to this long for a free slot. */
+  waitMs?: number
   burst: number
   by: string[]
   onRedisError: FailurePolicy
@@ -138,14 +140,17 @@ export interface RateLimitStats {
   skipped: number
   /** Requests refused by an operator ban (not counted in `limited`; no store call). */
   banned: number
-  /** Requests admitted at a later turn and held until it (a block's `delay`; also counted in `allowed`). */
+  /** Requests admitted at a later turn and held until it (a block's `delay`), or after waiting for a slot (`wait`); also counted in `allowed`. */
   delayed: number
-  /** Held requests whose client left before their turn: what they charged was given back (docs/shaping.md). */
+  /** Held requests whose client left before their turn (what they charged was given back), and waiters whose client left the queue (docs/shaping.md). */
   delayAborted: number
-  /** Decisions sent without `delay` because this instance held `maxDelayed` requests: only what fits now is admitted. */
+  /** Decisions sent without `delay` or `wait` because this instance held or queued `maxDelayed` requests: only what fits now is admitted. */
   undelayed: number
-  /** Requests this instance holds now (not a counter). */
+  /** Waiters refused because their `wait` ran out before a slot came to them (also counted in `limited`). */
+  waitExpired: number
+  /** Requests this instance holds for a turn now, and those waiting for a slot (not counters). */
   held: number
+  waiting: number
 }
 
 /** What `setOverride` takes. */
@@ -252,11 +257,7 @@ export interface RateLimitApi {
    * for a store failure: the decision is then `degraded` (onRedisError decides `allowed`).
    */
   consume: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
-  /**
-   * consume() that waits: where a block has `delay`, resolves at the turn it reserved fleet-wide
-   * (`delayMs`). Rejects with FST_RRL_RATE_LIMITED past `delay`, the signal's reason on abort,
-   * FST_RRL_LIMITER_UNAVAILABLE at close or when onRedisError refuses (docs/shaping.md).
-   */
+  /** consume() that waits: resolves at the turn a block's `delay` reserved (`delayMs`); rejects past it (FST_RRL_RATE_LIMITED), on abort, at close (docs/shaping.md). */
   schedule: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number, options?: { signal?: AbortSignal }) => Promise<RateLimitDecision>
   /**
    * Takes a slot of every concurrency block of `target` for the caller (and

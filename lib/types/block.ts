@@ -53,6 +53,8 @@ export interface RateLimitWindowBlock extends RateLimitBlockFields {
    * string, up to 60 s. See docs/shaping.md.
    */
   delay?: number | string
+  /** A concurrency block's field (a rate block waits for its turn with `delay`). */
+  wait?: never
   period?: never
   timeZone?: never
   weekStart?: never
@@ -71,6 +73,7 @@ export interface RateLimitPeriodBlock extends RateLimitBlockFields {
   window?: never
   burst?: never
   delay?: never
+  wait?: never
 }
 
 /** One route's declared limit: `config: { rateLimit: { ... } }`, over a `window` or a calendar `period`. */
@@ -157,6 +160,13 @@ export interface RateLimitConcurrencyBlock extends Pick<RateLimitBlock, 'by' | '
   concurrency: TieredCount
   /** This instance's own cap while Redis is unavailable (`onRedisError: 'local'`); default `concurrency / fleetSize`. */
   localLimit?: number
+  /**
+   * A request that finds no free slot waits up to this long for one,
+   * fleet-wide in arrival order, then is refused as without it (1 ms to 60 s;
+   * milliseconds or a duration string). Not with `mode: 'shadow'`. See docs/shaping.md.
+   */
+  wait?: number | string
+  delay?: never
   limit?: never
   window?: never
   algorithm?: never

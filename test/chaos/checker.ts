@@ -128,8 +128,8 @@ function checkRequests (run: Run, all: Obs[], options: CheckOptions, faultNear: 
     // Answered within the decision bound, plus the handler, plus the lag the instance measured.
     if (c.answered !== undefined && o.s !== undefined && Number.isFinite(options.timeSlackMs)) {
       const handler = o.outcome === 'admitted' || o.outcome === 'degraded-open' ? o.r.sleepMs : 0
-      // A request admitted at a reserved turn is held up to its route's delay.
-      const held = o.outcome === 'admitted' ? o.route.delayMs ?? 0 : 0
+      // A request admitted at a reserved turn is held up to its route's delay; one that finds no slot waits up to its route's wait.
+      const held = (o.outcome === 'admitted' ? o.route.delayMs ?? 0 : 0) + (o.route.waitMs ?? 0)
       const bound = 2 * DEFAULTS.timeoutMs + handler + held + o.s.lagMs + options.timeSlackMs
       if (c.answered - c.sent > bound) add('time-bound', `${label(o)}: answered after ${c.answered - c.sent} ms, bound ${bound} ms (handler ${handler}, lag ${o.s.lagMs})`, 'time')
     }

@@ -112,6 +112,7 @@ for (const route of ROUTES) {
       : { algorithm: route.algorithm, limit: route.limit, window: route.windowMs }
   block.onRedisError = route.onRedisError
   if (route.delayMs !== undefined) block.delay = route.delayMs
+  if (route.waitMs !== undefined) block.wait = route.waitMs
   if (route.maxCost > 1) block.cost = (request: { headers: Record<string, unknown> }) => Math.max(1, header(request, 'x-cost'))
   if (route.settle === true) block.settle = (request: { headers: Record<string, unknown> }) => header(request, 'x-use')
   if (route.refundOn === true) block.refundOn = (reply: { statusCode: number }) => reply.statusCode >= 500

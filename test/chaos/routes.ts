@@ -25,6 +25,8 @@ export interface ChaosRoute {
   refundOn?: boolean
   /** gcra with `delay` (ms): admitted at a reserved turn up to this far ahead, held until it. */
   delayMs?: number
+  /** concurrency with `wait` (ms): a request with no free slot waits up to this long in the fleet's queue. */
+  waitMs?: number
   /** The highest `x-cost` the generator sends. */
   maxCost: number
   /** A POST with a JSON body, decided at `preHandler` (after the body is read; Node destroys a consumed request stream). */
@@ -41,8 +43,12 @@ export const ROUTES: readonly ChaosRoute[] = [
   { id: 'day', url: '/day', algorithm: 'fixed-window', period: 'day', limit: 12, windowMs: 86_400_000, onRedisError: 'closed', maxCost: 1 },
   { id: 'conc', url: '/conc', algorithm: 'concurrency', limit: 1, windowMs: 60_000, onRedisError: 'open', maxCost: 1, body: true },
   { id: 'ta', url: '/tenant', host: 'a.chaos', algorithm: 'fixed-window', limit: 20, windowMs: 1000, onRedisError: 'open', maxCost: 1 },
-  { id: 'tb2', url: '/tenant', host: 'b.chaos', algorithm: 'fixed-window', limit: 3, windowMs: 1000, onRedisError: 'closed', maxCost: 1 }
+  { id: 'tb2', url: '/tenant', host: 'b.chaos', algorithm: 'fixed-window', limit: 3, windowMs: 1000, onRedisError: 'closed', maxCost: 1 },
+  { id: 'cw', url: '/cw', algorithm: 'concurrency', limit: 1, windowMs: 60_000, waitMs: 1000, onRedisError: 'closed', maxCost: 1 }
 ]
+
+/** The routes random traffic and the tail probes draw from: those before `cw`, so older seeds keep their requests (cw gets a burst drawn last). */
+export const DRAWN_ROUTES: readonly ChaosRoute[] = ROUTES.filter((route) => route.id !== 'cw')
 
 export const routeById = new Map(ROUTES.map((route) => [route.id, route]))
 

@@ -5,7 +5,7 @@
  * an offset's phase inside a 1 s or 2 s window is part of the schedule too
  * (a stall placed 50 ms before a window boundary stays there on replay).
  */
-import { ROUTES, OVERRIDE } from './routes.js'
+import { DRAWN_ROUTES, ROUTES, OVERRIDE } from './routes.js'
 
 export interface ChaosRequest {
   id: number
@@ -202,7 +202,7 @@ export function generate (seed: number): Schedule {
     })
   }
   const randomRoute = (): string => {
-    const route = pick(ROUTES).id
+    const route = pick(DRAWN_ROUTES).id
     return route === 'tb2' && random() < 0.5 ? 'ta' : route
   }
   const g: Gen = { random, int, pick, request, randomRoute, users, instances, topology, faults }
@@ -212,7 +212,7 @@ export function generate (seed: number): Schedule {
   addFleetRecords(g)
   for (let i = requests.length, total = int(180, 260); i < total; i++) request(int(0, TRAFFIC_MS), randomRoute(), pick(users))
   // The tail: faults are over; every stream is probed from every instance.
-  for (const route of ROUTES) {
+  for (const route of DRAWN_ROUTES) {
     for (const user of users) {
       for (let inst = 0; inst < instances; inst++) request(TRAFFIC_MS + int(600, TAIL_MS - 150), route.id, user, inst, { throws: false, abortMs: undefined })
     }
@@ -221,6 +221,10 @@ export function generate (seed: number): Schedule {
   const burstAt = int(200, TRAFFIC_MS - 1000)
   const burstUser = pick(users)
   for (let i = 0; i < 9; i++) request(burstAt + i * 3, 'gd', burstUser)
+  // A burst on the waiting route: 1 slot, 4 requests of one caller from any instance, each running 100-400 ms: the rest wait in the fleet's queue (drawn after gd's).
+  const queueAt = int(200, TRAFFIC_MS - 1500)
+  const queueUser = pick(users)
+  for (let i = 0; i < 4; i++) request(queueAt + i * 5, 'cw', queueUser, undefined, { sleepMs: int(100, 400) })
   requests.sort((a, b) => a.at - b.at || a.id - b.id)
   requests.forEach((r, i) => { r.id = i })
   faults.sort((a, b) => a.at - b.at)

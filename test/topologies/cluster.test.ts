@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks'
 import { test } from 'tap'
 import { request } from 'undici'
 import { Cluster } from 'ioredis'
@@ -287,6 +288,47 @@ test('cluster: delay on gcra and token-bucket, two instances, identities over se
   }
   const slots = new Set(users.map((user) => keySlot(`cc-delay:{GET:/shaped|${user}}`)))
   t.ok(slots.size > 1, `the identities sit on ${slots.size} slots`)
+  t.equal(fleet.reduce((sum, member) => sum + member.app.rateLimit.stats().degraded, 0), 0, 'nothing degraded')
+  for (const member of fleet) await member.app.close()
+})
+
+test('cluster: wait on a concurrency block, two instances, identities on several slots: each waiter is woken on the other instance when the slot is released there', async (t) => {
+  const fleet: Array<{ app: FastifyInstance, base: string }> = []
+  const gates = new Map<string, () => void>()
+  const started: string[] = []
+  for (let i = 0; i < 2; i++) {
+    const app = await buildApp({ redis: clusterClient(1000), prefix: 'cc-wait', user: (req) => req.headers['x-user'] as string | undefined })
+    app.get('/slot', { config: { rateLimit: { concurrency: 1, wait: '5s', by: 'user' } } }, async (req) => {
+      const tag = `${String(req.headers['x-user'])}/${i}`
+      started.push(tag)
+      await new Promise<void>((resolve) => { gates.set(tag, resolve) })
+      return { outcome: req.rateLimit?.outcome }
+    })
+    fleet.push({ app, base: await app.listen({ port: 0, host: '127.0.0.1' }) })
+  }
+  const users = ['w-a', 'w-b', 'w-c', 'w-d']
+  const send = async (inst: number, user: string): Promise<string> => {
+    const res = await request(`${fleet[inst]!.base}/slot`, { headers: { 'x-user': user } })
+    return res.statusCode === 200 ? (JSON.parse(await res.body.text()) as { outcome: string }).outcome : String(res.statusCode)
+  }
+  const holders = users.map(async (user) => await send(0, user))
+  while (started.length < users.length) await new Promise((resolve) => setTimeout(resolve, 10))
+  const waiters = users.map(async (user) => await send(1, user))
+  while (fleet[1]!.app.rateLimit.stats().waiting < users.length) await new Promise((resolve) => setTimeout(resolve, 10))
+  const latencies: number[] = []
+  for (const user of users) {
+    const releasedAt = performance.now()
+    gates.get(`${user}/0`)!()
+    while (!started.includes(`${user}/1`)) await new Promise((resolve) => setTimeout(resolve, 1))
+    latencies.push(performance.now() - releasedAt)
+    gates.get(`${user}/1`)!()
+  }
+  t.same(await Promise.all(holders), ['allowed', 'allowed', 'allowed', 'allowed'])
+  t.same(await Promise.all(waiters), ['delayed', 'delayed', 'delayed', 'delayed'], 'every waiter admitted after its wait, on the other instance')
+  const slots = new Set(users.map((user) => keySlot(`cc-wait:{GET:/slot|${user}}`)))
+  t.ok(slots.size > 1, `the identities sit on ${slots.size} slots`)
+  t.comment(`release on instance 0 to the waiter's start on instance 1: ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms (a poll would take up to 1000 ms)`)
+  t.ok(latencies.every((ms) => ms < 900), 'woken by the announcement, not by the one-second poll')
   t.equal(fleet.reduce((sum, member) => sum + member.app.rateLimit.stats().degraded, 0), 0, 'nothing degraded')
   for (const member of fleet) await member.app.close()
 })

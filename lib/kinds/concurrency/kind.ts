@@ -5,6 +5,8 @@ import { slotStep, type SlotState } from './memory-step.js'
  * Concurrency blocks: `concurrency: N` in-flight requests of one identity
  * across the fleet, a sorted set of leased slots (scripts/concurrency.lua).
  * The run's `cost` on the wire is the request's slot id, its `windowMs` the lease.
+ * With `wait` (params.delayMs), a request without a slot may wait in the
+ * key's queue, fleet-wide in arrival order (waiters.ts).
  */
 
 export const concurrencyKind: BlockKind = {
@@ -15,7 +17,8 @@ export const concurrencyKind: BlockKind = {
   straight: false,
   lone: false,
   callArg: (_cost, slot) => slot ?? '',
-  specTail: () => '',
+  // A block with `wait`: 'w' may join the slot's queue, 'o' keeps its order without joining (scripts/batch.lua queueFn).
+  specTail: ({ params }) => params.delayMs === undefined ? '' : params.hold === false ? 'o' : 'w',
   chargeMark: (_run, _decision, at) => at,
   paramsAt: (run) => run.params,
   // A slot may free at any moment: a refusal is never cached.

@@ -53,3 +53,37 @@ export function slotRenew (state: SlotState | undefined, params: BlockParams, sl
   next.set(slot, now + params.windowMs)
   return { state: next, ttlMs: lastExpiry(next) - now }
 }
+
+/** A block's slot queue in one process (concurrency.lua's key..'q' and key..'l'): slot id → its waiter lease's expiry, in arrival order. */
+export type SlotQueue = Map<string, number>
+
+/** Waiters whose lease lapsed leave the queue (concurrency.lua dropLapsed). */
+function dropLapsed (queue: SlotQueue, now: number): void {
+  for (const [id, expiry] of queue) if (expiry <= now) queue.delete(id)
+}
+
+/** A block with `wait`: the slots held plus the waiters ahead against the limit (concurrency.lua dryQueued); a place in the queue answers `queued`. */
+export function queuedSlotStep (state: SlotState | undefined, queue: SlotQueue | undefined, params: BlockParams, slot: string, now: number): MemoryStep<SlotState> {
+  const step = slotStep(state, params, slot, now)
+  if ((state?.get(slot) ?? 0) > now) return step
+  if (queue !== undefined) dropLapsed(queue, now)
+  const ids = queue === undefined ? [] : [...queue.keys()]
+  const found = ids.indexOf(slot)
+  const ahead = found === -1 ? ids.length : found
+  if (liveCount(state, now) + ahead < params.limit) return step
+  const decision: RawDecision = { allowed: false, remaining: 0, resetMs: 0, retryAfterMs: SLOT_RETRY_MS, nextMs: 0 }
+  if (params.hold !== false) Object.assign(decision, { remaining: ahead, queued: ahead })
+  return { decision, state: undefined, ttlMs: 0 }
+}
+
+/** Joins the queue, or keeps its place, with a lease from now (concurrency.lua join). */
+export function joinQueue (queue: SlotQueue, slot: string, leaseMs: number, now: number): void {
+  queue.set(slot, now + leaseMs)
+}
+
+/** Leaves the queue; whether waiters remain with a slot free for them (then the store announces the key: concurrency.lua leave). */
+export function leaveQueue (queue: SlotQueue | undefined, state: SlotState | undefined, params: BlockParams, slot: string, now: number): boolean {
+  if (queue === undefined) return false
+  queue.delete(slot)
+  return queue.size > 0 && liveCount(state, now) < params.limit
+}

@@ -1,4 +1,5 @@
-import { MAX_CONCURRENCY } from './lease.js'
+import { MAX_CONCURRENCY, MAX_WAIT_MS } from './lease.js'
+import { parseWindow } from '../../policy/duration.js'
 import { readCounts, type Fail } from '../../policy/block-fields.js'
 import type { Shape } from '../../policy/shape.js'
 import { CONCURRENCY_NUMBER } from '../../store/algorithms.js'
@@ -30,10 +31,18 @@ export function checkSlotFields (input: Record<string, unknown>, fail: Fail): vo
   }
 }
 
-/** The shape of a concurrency block: N slots per tier, leased for `leaseMs` (the plugin's `lease`). */
+/** A concurrency block's `wait` (ms), undefined without one: how long a request may wait for a free slot. */
+function readWait (input: Record<string, unknown>, fail: Fail): number | undefined {
+  if (input.wait === undefined) return undefined
+  const waitMs = parseWindow(input.wait, MAX_WAIT_MS)
+  if (typeof waitMs === 'string') return fail('wait', waitMs)
+  return waitMs
+}
+
+/** The shape of a concurrency block: N slots per tier, leased for `leaseMs` (the plugin's `lease`); its `wait` travels as the shape's delayMs. */
 export function concurrencyShape (kind: BlockKind, input: Record<string, unknown>, leaseMs: number, fail: Fail): Shape {
   checkSlotFields(input, fail)
   const limits = readCounts(input.concurrency, 'concurrency', MAX_CONCURRENCY, String(MAX_CONCURRENCY), fail)
   const named = limits.map(([tier]) => tier).filter((tier) => tier !== undefined)
-  return { kind, algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, delayMs: undefined, limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
+  return { kind, algorithm: 'concurrency', algorithmNumber: CONCURRENCY_NUMBER, bursty: false, maxLimit: MAX_CONCURRENCY, windowMs: leaseMs, period: undefined, delayMs: readWait(input, fail), limits, bursts: undefined, tierNames: named.length > 0 ? named : [undefined] }
 }

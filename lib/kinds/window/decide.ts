@@ -21,7 +21,11 @@ function withoutTurn (run: BlockRun): BlockRun {
   return twin
 }
 
-/** Every run without turns. */
-export function withoutTurns (runs: readonly BlockRun[]): BlockRun[] {
-  return runs.map(withoutTurn)
+/**
+ * The runs a decision takes: a delaying run keeps its turns when `turns`, a
+ * concurrency run with `wait` its place in the queue when `waits` (the twin
+ * keeps the queue's order without joining it: scripts/concurrency.lua 'o').
+ */
+export function withoutTurns (runs: readonly BlockRun[], turns = false, waits = false): BlockRun[] {
+  return runs.map((run) => (run.kind.holdsSlot ? waits : turns) ? run : withoutTurn(run))
 }

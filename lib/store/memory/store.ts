@@ -2,7 +2,7 @@ import type { RawDecision } from '../algorithms.js'
 import type { MemoryStep } from '../../kinds/window/memory/algorithms.js'
 import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
-import { slotRelease, slotRenew, type SlotState } from '../../kinds/concurrency/memory-step.js'
+import { joinQueue, leaveQueue, queuedSlotStep, slotRelease, slotRenew, type SlotQueue, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
 import { item } from '../../util/item.js'
 
@@ -43,6 +43,9 @@ export class MemoryStore implements Store {
   readonly #clock: () => number
   readonly #sweeper: NodeJS.Timeout
   readonly #records = new Map<string, MemoryRecords>()
+  /** Slot queues (a concurrency block's `wait`), by slot key. */
+  readonly #queues = new Map<string, SlotQueue>()
+  #onWake: ((key: string) => void) | undefined
   readonly cluster = false
 
   constructor (clock: () => number = Date.now, maxKeys = DEFAULT_MAX_KEYS) {
@@ -81,10 +84,33 @@ export class MemoryStore implements Store {
     this.#entries.set(key, { state, expiresAt })
   }
 
-  /** Run i's step, by its kind: its algorithm at its cost, or its slots for the request's slot id. */
+  /** Run i's step, by its kind: its algorithm at its cost, or its slots for the request's slot id (and its queue, with `wait`). */
   #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
     const run = item(runs, i)
-    return run.kind.memoryStep(this.#read(item(keys, i), now), run, run.kind.callArg(item(costs, i), slot), now)
+    const key = item(keys, i)
+    if (run.kind.holdsSlot && run.params.delayMs !== undefined) return queuedSlotStep(this.#read(key, now) as SlotState | undefined, this.#queues.get(key), run.params, slot ?? '', now)
+    return run.kind.memoryStep(this.#read(key, now), run, run.kind.callArg(item(costs, i), slot), now)
+  }
+
+  /** A slot run with `wait`: the slot id joins its queue (`join`), or leaves it and the key is announced when a slot is free for the next. */
+  #queue (run: BlockRun, key: string, slot: string, now: number, join: boolean): void {
+    if (!run.kind.holdsSlot || run.params.delayMs === undefined) return
+    let queue = this.#queues.get(key)
+    if (join) {
+      if (queue === undefined) this.#queues.set(key, (queue = new Map()))
+      joinQueue(queue, slot, run.params.windowMs, now)
+      return
+    }
+    const announce = leaveQueue(queue, this.#read(key, now) as SlotState | undefined, run.params, slot, now)
+    if (queue?.size === 0) this.#queues.delete(key)
+    const onWake = this.#onWake
+    if (announce && onWake !== undefined) queueMicrotask(() => { onWake(key) })
+  }
+
+  /** The memory store's announcements are in-process: one listener, called after the step that freed a slot. */
+  watchSlots (onWake: (key: string) => void): () => Promise<void> {
+    this.#onWake = onWake
+    return async () => { if (this.#onWake === onWake) this.#onWake = undefined }
   }
 
   /** The model's synchronous entry (property tests drive it with their own `now`). */
@@ -101,16 +127,25 @@ export class MemoryStore implements Store {
     }
     const steps: Array<MemoryStep<unknown>> = []
     let admit = true
+    let queued = false
     for (let i = 0; i < runs.length; i++) {
       const run = item(runs, i)
       const step = this.#step(request, i, now)
       steps.push(step)
-      if (!step.decision.allowed && !run.shadow) admit = false
+      if (step.decision.queued !== undefined) queued = true
+      else if (!step.decision.allowed && !run.shadow) admit = false
     }
     if (admit && !dry) {
+      // As multi.lua: every other block admits, so the request waits in the queues of the blocks without a slot.
       for (let i = 0; i < runs.length; i++) {
         const step = item(steps, i)
+        const slot = request.slot ?? ''
+        if (queued) {
+          if (step.decision.queued !== undefined) this.#queue(item(runs, i), item(keys, i), slot, now, true)
+          continue
+        }
         if (step.decision.allowed && step.state !== undefined) this.#write(item(keys, i), step.state, now + step.ttlMs)
+        this.#queue(item(runs, i), item(keys, i), slot, now, false)
       }
     }
     const decisions = steps.map((step) => step.decision)
@@ -208,6 +243,7 @@ export class MemoryStore implements Store {
       if (released.state === undefined) this.#entries.delete(key)
       else this.#write(key, released.state, entry.expiresAt)
     }
+    this.#queue(run, key, slot, now, false)
     return released.removed
   }
 
@@ -228,6 +264,10 @@ export class MemoryStore implements Store {
     for (const [key, entry] of this.#entries.entries()) {
       if (entry.expiresAt <= now) this.#entries.delete(key)
     }
+    for (const [key, queue] of this.#queues) {
+      for (const [slot, expiry] of queue) if (expiry <= now) queue.delete(slot)
+      if (queue.size === 0) this.#queues.delete(key)
+    }
   }
 
   get size (): number {
@@ -246,5 +286,6 @@ export class MemoryStore implements Store {
   close (): void {
     clearInterval(this.#sweeper)
     this.#entries.clear()
+    this.#queues.clear()
   }
 }

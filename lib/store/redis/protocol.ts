@@ -1,3 +1,4 @@
+import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
 import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
@@ -33,6 +34,15 @@ export const SPEC_STRIDE = 2
 
 /** A block admitted at a reserved turn (a delay: scripts/gcra.lua, token-bucket.lua), as the scripts' `allowed`; its retryAfterMs is the wait. */
 export const RESERVED = 4
+
+/**
+ * A concurrency block with `wait` that found no slot (scripts/concurrency.lua,
+ * allowed 5): the request may wait for one. On the wire its head is
+ * QUEUED_HEAD minus the waiters ahead of it (a reserved turn's -wait is never
+ * below -MAX_DELAY_MS), then 0 and 0.
+ */
+export const QUEUED = 5
+export const QUEUED_HEAD = -(2 ** 30)
 
 /** Integers per block in a decision's or peek's reply: allowed, remaining, resetMs, retryAfterMs, nextMs. */
 export const DECISION_STRIDE = 5
@@ -188,11 +198,12 @@ function readBlocks (list: readonly unknown[], at: number, blocks: number, value
     const head = list[at]
     if (!isInteger(head)) return -1
     if (head < 0) {
-      // A reserved turn (a delay): -wait, resetMs, nextMs; nothing remains until it.
+      // A reserved turn (a delay): -wait, resetMs, nextMs; nothing remains until it. Or a place in a slot's queue.
       const resetMs = list[at + 1]
       const nextMs = list[at + 2]
       if (typeof resetMs !== 'number' || typeof nextMs !== 'number') return -1
-      values.push(RESERVED, 0, resetMs, -head, nextMs)
+      if (head <= QUEUED_HEAD) values.push(QUEUED, QUEUED_HEAD - head, resetMs, SLOT_RETRY_MS, nextMs)
+      else values.push(RESERVED, 0, resetMs, -head, nextMs)
       at += 3
       continue
     }
@@ -264,7 +275,7 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
   return { at: now, results: out }
 }
 
-/** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, 2 for a penalty, or RESERVED (its retryAfterMs the wait). */
+/** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, 2 for a penalty, RESERVED (its retryAfterMs the wait), or QUEUED (its remaining the waiters ahead). */
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
   for (let i = 0; i < values.length; i += DECISION_STRIDE) {
@@ -275,6 +286,7 @@ export function toDecisions (values: readonly number[]): RawDecision[] {
     }
     const decision: RawDecision = { allowed: head === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
     if (head === 2) decision.penalized = true
+    else if (head === QUEUED) decision.queued = decision.remaining
     out.push(decision)
   }
   return out

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { ALGORITHMS } from '../algorithms.js'
-import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
-import { ADJUST_STRIDE, DECISION_STRIDE, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
+import { SLOT_RETRY_MS, WAKE_CHANNEL } from '../../kinds/concurrency/lease.js'
+import { ADJUST_STRIDE, DECISION_STRIDE, QUEUED_HEAD, REPLY_PACK, SPEC_STRIDE } from './protocol.js'
 
 export interface LoadedScript {
   source: string
@@ -64,7 +64,7 @@ export function readSources (): ScriptSources {
  * The shared constants, their one definition in TypeScript, as the prelude
  * line: the top of every script and of the library.
  */
-export const PRELUDE_CONSTANTS: Readonly<Record<string, number>> = { SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK, SLOT_RETRY_MS }
+export const PRELUDE_CONSTANTS: Readonly<Record<string, number | string>> = { SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK, SLOT_RETRY_MS, QUEUED_HEAD, WAKE_CHANNEL }
 
 /** A part of an artifact: a fragment, or text the builder writes with its own declarations. */
 export type Part = Fragment | { readonly name: string, readonly text: string, readonly requires: readonly string[], readonly provides: readonly string[], readonly updates?: readonly string[] }
@@ -96,7 +96,8 @@ export function chunk (fragment: Fragment, scope: Set<string>): string {
   return `(function ()\n${assemble([fragment], new Set(scope))}end)()`
 }
 
-export const PRELUDE_LINE = generated('the prelude line', `local ${Object.keys(PRELUDE_CONSTANTS).join(', ')} = ${Object.values(PRELUDE_CONSTANTS).join(', ')}`, Object.keys(PRELUDE_CONSTANTS))
+// A string constant goes as a Lua string literal (JSON's double-quoted form is one for plain ASCII).
+export const PRELUDE_LINE = generated('the prelude line', `local ${Object.keys(PRELUDE_CONSTANTS).join(', ')} = ${Object.values(PRELUDE_CONSTANTS).map((value) => typeof value === 'string' ? JSON.stringify(value) : value).join(', ')}`, Object.keys(PRELUDE_CONSTANTS))
 
 /** The prelude's library functions as locals, bound at once (a script). */
 export function bindings (sources: ScriptSources): Part {

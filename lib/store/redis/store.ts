@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks'
+import { WAKE_CHANNEL } from '../../kinds/concurrency/lease.js'
 import { setTimeout as delay } from 'node:timers/promises'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
@@ -176,6 +177,16 @@ export class RedisStore implements Store {
 
   records (key: string): RecordHash {
     return new RedisRecords(this.#client, key, this.#clock)
+  }
+
+  /** The plugin's own subscriber on WAKE_CHANNEL; a message is a slot key as the script saw it, with the client's keyPrefix. */
+  watchSlots (onWake: (key: string) => void, onGap: () => void): (() => Promise<void>) | undefined {
+    const prefix = this.#client.keyPrefix
+    return this.#client.subscribe({
+      channel: WAKE_CHANNEL,
+      onMessage: (message) => { if (message.startsWith(prefix)) onWake(message.slice(prefix.length)) },
+      onReady: onGap
+    })
   }
 
   close (): void {}

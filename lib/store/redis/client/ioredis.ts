@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { awaitWithin } from '../../../util/await-within.js'
+import { ioSubscribe } from './subscriber.js'
 import { INERT, timeMs, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp, type TimedHash } from './port.js'
 
 /*
@@ -134,6 +135,8 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
     timedHash: async (key) => await timedHash(client, key),
     hset: async (key, field, value) => await client.hset(key, field, value),
     hdel: async (key, field) => await client.hdel(key, field),
-    eval: async (source, keys, args) => await client.eval(source, keys.length, ...keys, ...args)
+    eval: async (source, keys, args) => await client.eval(source, keys.length, ...keys, ...args),
+    keyPrefix: client.options.keyPrefix ?? '',
+    subscribe: (subscription) => ioSubscribe(client as { duplicate?: () => unknown }, subscription)
   }
 }

@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks'
+import { nodeSubscribe } from './subscriber.js'
 import { keySlot } from '../cluster-slots.js'
 import { INERT, timeMs, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp } from './port.js'
 
@@ -199,6 +200,8 @@ export function nodeRedisPort (target: NodeRedisTarget): ClientPort {
     hset: async (key, field, value) => await send(pre + key, ['HSET', pre + key, field, value], PLAIN),
     hdel: async (key, field) => Number(await send(pre + key, ['HDEL', pre + key, field], PLAIN)),
     eval: async (source, keys, args) =>
-      await send(keys.length > 0 ? pre + keys[0] : undefined, ['EVAL', source, String(keys.length), ...keys.map((key) => pre + key), ...args], PLAIN)
+      await send(keys.length > 0 ? pre + keys[0] : undefined, ['EVAL', source, String(keys.length), ...keys.map((key) => pre + key), ...args], PLAIN),
+    keyPrefix: pre,
+    subscribe: (subscription) => nodeSubscribe(client as { duplicate?: () => unknown }, subscription)
   }
 }

@@ -1,3 +1,5 @@
+import type { Subscription, Unsubscribe } from './subscriber.js'
+
 /*
  * The client port: everything the Redis store, its dispatcher and its
  * records hashes (records.ts) need from a Redis client, with one adapter per
@@ -66,6 +68,10 @@ export interface ClientPort {
   hset: (key: string, field: string, value: string) => Promise<unknown>
   /** The number of fields removed. */
   hdel: (key: string, field: string) => Promise<number>
+  /** The client's own key prefix ('' without one): what the scripts see before each key, so before a slot key in a wake-up. */
+  readonly keyPrefix: string
+  /** A subscriber connection of the plugin's own (subscriber.ts); undefined where the client cannot make one. */
+  subscribe: (subscription: Subscription) => Unsubscribe | undefined
   /** A plain EVAL for small admin scripts (records.ts's compare-and-delete); never defused. */
   eval: (source: string, keys: readonly string[], args: readonly string[]) => Promise<unknown>
 }

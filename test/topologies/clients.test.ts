@@ -83,6 +83,22 @@ async function enforcedAgain (app: FastifyInstance, what: string): Promise<numbe
   return await waitFor(`${what}: enforced again`, async () => (await app.inject({ url: '/closed', headers: { 'x-id': `${what}-after-${n++}` } })).statusCode === 200, 5000, 10)
 }
 
+/**
+ * Four concurrent requests of one new caller on the fail-closed route (limit 3), sorted.
+ * A loaded CI core can still miss the 50 ms default timeout on all four (seen once, node-redis
+ * through the proxy): a batch with a 503 in it proves nothing about the limit, so it is retried
+ * under a fresh caller, at most three times; the last batch is returned whatever it holds.
+ */
+async function limitBeforeFaults (app: FastifyInstance): Promise<number[]> {
+  let statuses: number[] = []
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const id = `before-${attempt}`
+    statuses = (await Promise.all([1, 2, 3, 4].map(async () => (await app.inject({ url: '/closed', headers: { 'x-id': id } })).statusCode))).sort()
+    if (!statuses.includes(503)) break
+  }
+  return statuses
+}
+
 async function faults (t: Test, flavour: ClientFlavour): Promise<void> {
   const server = await startServer([], { label: 'cfault' })
   const proxy = await startProxy(server.port)
@@ -92,7 +108,7 @@ async function faults (t: Test, flavour: ClientFlavour): Promise<void> {
   const { app, fc } = await instance(t, async () => await flavour.standalone(proxy.port), { prefix, circuitBreaker: false })
   // A fresh server's first decisions may miss the 50 ms timeout on a loaded CI core (seen twice in full runs): warm up on another caller first.
   await waitFor('a first decision taken by Redis', async () => (await app.inject({ url: '/closed', headers: { 'x-id': 'warm-up' } })).statusCode !== 503, 5000, 20)
-  t.same(await Promise.all([1, 2, 3, 4].map(async () => (await app.inject({ url: '/closed', headers: { 'x-id': 'before' } })).statusCode)), [200, 200, 200, 429].sort(), 'limit enforced before the faults')
+  t.same(await limitBeforeFaults(app), [200, 200, 200, 429], 'limit enforced before the faults')
   t.equal((await app.inject('/count')).statusCode, 200)
 
   proxy.mode = 'drop-replies'

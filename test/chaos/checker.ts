@@ -6,7 +6,7 @@
  *
  * A request's charge happened inside [lo, hi]: lo is when the instance read
  * it; the dispatcher writes a turn's decisions in that turn's setImmediate and
- * Redis runs them on arrival, so hi is lo + CHARGE_MS unless a Redis fault
+ * Redis runs them on arrival, so hi is lo + CHARGE_MS (+ lag) unless a Redis fault
  * overlapped the decision (then: when the decision was known, or the fault's
  * end for a decision that degraded, since Redis may still run its call).
  */
@@ -23,9 +23,13 @@ export interface Violation {
   detail: string
 }
 
-/** Bound on the time from an instance reading a request to Redis running its call, with no Redis fault about. */
+/**
+ * Bound on the time from an instance reading a request to Redis running its call, with no Redis fault
+ * about, on a quiet core. The event-loop lag the instance measured is added where it applies: CI runs
+ * three files at once on two cores, where a turn can wait longer than this (seed 5 failed once there).
+ */
 const CHARGE_MS = 30
-/** A give-back is certainly applied this long after its response closed (its call waits for the next turn's flush; a loaded core adds more). */
+/** A give-back is certainly applied this long after its response closed (its call waits for the next turn's flush), plus the measured lag. */
 const GIVE_BACK_MS = 150
 /** How long after a Redis fault its effects may still show: one cooldown, two timeouts and a margin. */
 const AFTERMATH_MS = DEFAULTS.cooldownMs + 2 * DEFAULTS.timeoutMs + 300
@@ -46,6 +50,8 @@ interface Obs {
   end: number | undefined
   /** Units given back (settle below the reservation, refundOn), or charged (settle above). */
   delta: number
+  /** Event-loop lag its instance measured around its end: added to CHARGE_MS and GIVE_BACK_MS for what runs after it. */
+  after: number
 }
 
 export interface CheckOptions {
@@ -68,7 +74,8 @@ export function check (run: Run, options: CheckOptions): Violation[] {
   for (const message of run.unhandled) add('no-unhandled', message)
   for (const message of run.errors) add('harness', message)
   const servers = new Map(run.servers.map((s) => [s.id, s]))
-  const all = run.clients.map((c) => observe(run, c, servers.get(c.id), faultNear))
+  const lagOf = instanceLag(run.servers)
+  const all = run.clients.map((c) => observe(run, c, servers.get(c.id), faultNear, lagOf))
   dump(run, all, label)
   checkRequests(run, all, options, faultNear, add, label)
   checkBans(run, all, restarts, add, label)
@@ -83,7 +90,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
 }
 
 /** One request as the checker sees it: its outcome, when its charge ran, its give-back. */
-function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultNear: FaultNear): Obs {
+function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultNear: FaultNear, lagOf: LagOf): Obs {
   const r = run.schedule.requests[c.id] as ChaosRequest
   const route = routeById.get(r.route) as ChaosRoute
   let outcome: Outcome
@@ -96,14 +103,29 @@ function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultN
   const lo = s?.t0 ?? c.sent
   const decided = s?.tDec ?? s?.tEnd ?? c.answered ?? c.sent + CLIENT_TIMEOUT_MS
   const fault = faultNear(lo, decided)
-  let hi = fault === undefined ? Math.min(decided, lo + CHARGE_MS) : decided
+  let hi = fault === undefined ? Math.min(decided, lo + CHARGE_MS + (s?.lagMs ?? 0)) : decided
   if (fault !== undefined && (outcome === 'degraded-open' || outcome === 'degraded-closed' || outcome === 'unknown')) hi = Math.max(hi, fault.end + DEFAULTS.timeoutMs)
   let delta = 0
   if (s !== undefined && outcome === 'admitted') {
     if (route.settle === true) delta = (r.use ?? 0) - r.cost
     else if (route.refundOn === true && s.status >= 500) delta = -r.cost
   }
-  return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta }
+  // What a loaded core adds after the response closed (a release, a give-back, a settle's charge wait for a turn).
+  const after = s === undefined ? 0 : Math.max(s.lagMs, lagOf(s.inst, s.tEnd, s.tEnd + GIVE_BACK_MS))
+  return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta, after }
+}
+
+type LagOf = (inst: number, from: number, to: number) => number
+
+/** The worst event-loop lag an instance measured over requests overlapping [from, to]. */
+function instanceLag (records: readonly ServerRecord[]): LagOf {
+  const byInst = new Map<number, ServerRecord[]>()
+  for (const s of records) byInst.set(s.inst, [...(byInst.get(s.inst) ?? []), s])
+  return (inst, from, to) => {
+    let max = 0
+    for (const s of byInst.get(inst) ?? []) if (s.t0 <= to && s.tEnd >= from && s.lagMs > max) max = s.lagMs
+    return max
+  }
 }
 
 /** CHAOS_DUMP=<route>:<user> prints that stream as the checker sees it. */
@@ -177,7 +199,7 @@ function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, restarts: Ru
   for (const q of stream) {
     // Never more than N (= 1) in flight: two admissions held their slots at once.
     if (q.outcome === 'admitted' && q.s?.tDec !== undefined) {
-      const other = stream.find((r) => r !== q && r.outcome === 'admitted' && r.s?.tDec !== undefined && r.s.tDec < q.s!.tDec! && r.s.tEnd > q.s!.tDec! + CHARGE_MS)
+      const other = stream.find((r) => r !== q && r.outcome === 'admitted' && r.s?.tDec !== undefined && r.s.tDec < q.s!.tDec! && r.s.tEnd > q.s!.tDec! + CHARGE_MS + r.after)
       // A Redis restart between the two decisions lost the slot (no persistence): declared, like any state lost there.
       const lost = other !== undefined && restarts.some((x) => x.start >= other.s!.tDec! - CHARGE_MS && x.start <= q.s!.tDec!)
       if (other !== undefined && !lost) add('concurrency-bound', `${label(q)} admitted while ${label(other)} held the only slot`)
@@ -191,11 +213,11 @@ function checkSlots (run: Run, stream: Obs[], faultNear: FaultNear, restarts: Ru
     // although the response came back.
     const orphaned = (r: Obs): boolean => {
       const fault = (r.outcome === 'admitted' ? undefined : faultNear(r.lo, r.hi)) ??
-        (r.end === undefined ? undefined : faultNear(r.end, r.end + CHARGE_MS))
+        (r.end === undefined ? undefined : faultNear(r.end, r.end + CHARGE_MS + r.after))
       return fault !== undefined && killedAt(r) <= fault.end + DEFAULTS.timeoutMs
     }
     const holder = stream.find((r) => r !== q && r.lo <= q.hi && (r.outcome === 'admitted' || r.outcome === 'degraded-open' || r.outcome === 'unknown') &&
-      (r.end !== undefined && !orphaned(r) ? Math.max(r.end, r.hi) + CHARGE_MS : Math.min(killedAt(r) + lease, r.lo + CLIENT_TIMEOUT_MS + lease)) >= q.lo)
+      (r.end !== undefined && !orphaned(r) ? Math.max(r.end, r.hi) + CHARGE_MS + r.after : Math.min(killedAt(r) + lease, r.lo + CLIENT_TIMEOUT_MS + lease)) >= q.lo)
     if (holder === undefined) add('no-slot-refusal-when-idle', `${label(q)}: 429 with nothing of the caller's in flight`)
   }
 }
@@ -224,7 +246,7 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
         // An extra charge certainly applied before q counts at its earliest, the response's end: a later moment
         // could move it past a window boundary into q's window (seed 276753227: fixed-window, a settle's +1 at 1970 ms
         // counted in the next window, so a fair admission looked like one over the limit).
-        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS < q.lo && faultNear(r.end, r.end + CHARGE_MS) === undefined) events.push({ kind: 'extra', at: r.end, units: r.delta })
+        if (r.end !== undefined && r.delta > 0 && r.end + CHARGE_MS + r.after < q.lo && faultNear(r.end, r.end + CHARGE_MS + r.after) === undefined) events.push({ kind: 'extra', at: r.end, units: r.delta })
       }
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, false)
@@ -238,10 +260,10 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
         if (r === q || r.lo > q.hi || resetBetween(r.hi, q.lo, true)) continue
         if (r.outcome !== 'admitted' && r.outcome !== 'degraded-open' && r.outcome !== 'degraded-closed' && r.outcome !== 'unknown') continue
         events.push({ kind: 'charge', at: Math.min(r.hi, q.lo), cost: r.r.cost })
-        if (r.end !== undefined && r.delta < 0 && r.end + GIVE_BACK_MS < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + GIVE_BACK_MS) === undefined) {
-          events.push({ kind: 'give-back', at: r.end + GIVE_BACK_MS, units: -r.delta, chargedAt: r.lo })
+        if (r.end !== undefined && r.delta < 0 && r.end + GIVE_BACK_MS + r.after < q.lo && faultNear(r.end, r.end + DEFAULTS.timeoutMs + GIVE_BACK_MS + r.after) === undefined) {
+          events.push({ kind: 'give-back', at: r.end + GIVE_BACK_MS + r.after, units: -r.delta, chargedAt: r.lo })
         }
-        if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS, q.lo), units: r.delta })
+        if (r.end !== undefined && r.delta > 0 && r.end < q.lo) events.push({ kind: 'extra', at: Math.min(r.end + CHARGE_MS + r.after, q.lo), units: r.delta })
       }
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)
@@ -266,7 +288,7 @@ function deniedLocally (q: Obs, stream: Obs[]): boolean | string {
     if (r === q || r.outcome !== 'refused' || r.s === undefined || r.r.inst !== q.r.inst) continue
     const from = r.s.tDec ?? r.s.tEnd
     if (from > q.lo || from + (r.s.retryAfterMs ?? 0) + 50 < q.lo) continue
-    const clear = stream.find((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + GIVE_BACK_MS < q.lo)
+    const clear = stream.find((g) => g.r.inst === q.r.inst && g.delta < 0 && g.end !== undefined && g.end > from && g.end + GIVE_BACK_MS + g.after < q.lo)
     if (clear === undefined) return true
     stale = `#${r.r.id}'s deny-cache entry on this instance (retry ${r.s.retryAfterMs ?? 0} ms) outlived #${clear.r.id}'s give-back of ${-clear.delta} units there`
   }

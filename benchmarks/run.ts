@@ -3,6 +3,7 @@
  *
  *   (no positional)   HTTP benchmark, then the Redis-side script benchmark
  *   http | scripts    only one of the two
+ *   memory            Redis bytes per tracked caller, every algorithm and @fastify/rate-limit (benchmarks/memory.ts has its options)
  *   --quick           CI smoke test: 5 configurations, 1 round, 1 s warm-up, 3 s runs (the overload case 2 s), short script loop,
  *                     no waiting for a quiet machine (the load is still recorded) (< 1 min); never quotable
  *   --rounds N        rounds (default 3); configurations are interleaved in every round
@@ -41,6 +42,7 @@ import { WrkMissing } from './wrk.js'
 import { summarise as summariseProfile } from './profile.js'
 import { loadAverage, notQuotable, waitForQuiet, type Conditions, type GateOptions } from './quiet.js'
 import { fmt, httpSections, quotableBanner, summarise } from './report.js'
+import { runMemoryBench } from './memory.js'
 import { runScriptBench } from './scripts.js'
 import { targetsMarkdown, type TargetInput } from './targets.js'
 
@@ -283,7 +285,9 @@ async function main (): Promise<void> {
   if (out !== undefined) writeOutputs(out, markdown, raw, started)
 }
 
-main().catch((error: unknown) => {
+// `npm run bench -- memory …`: bytes per caller (benchmarks/memory.ts), its own options and report.
+const entry = process.argv[2] === 'memory' ? async () => { await runMemoryBench(process.argv.slice(3)) } : main
+entry().catch((error: unknown) => {
   // A missing wrk says how to install it; anything else shows where it failed.
   process.stderr.write(`${error instanceof WrkMissing ? error.message : error instanceof Error ? error.stack ?? error.message : String(error)}\n`)
   process.exit(1)

@@ -13,7 +13,7 @@ import { testRun } from '../test/helpers/app.js'
 import { startServer } from '../test/helpers/topologies.js'
 const server = await startServer([], { label: 'pcost' })
 const client = new Redis({ port: server.port })
-const store = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxPending: 100000, coalesce: true, onBatch: undefined })
+const store = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxInFlight: 1, maxPending: 100000, coalesce: true, onBatch: undefined })
 await store.warmUp()
 const cpu = async () => { const info = await client.info('cpu'); const u = Number(/used_cpu_user:([\d.]+)/.exec(info)![1]); const s = Number(/used_cpu_sys:([\d.]+)/.exec(info)![1]); return (u + s) * 1e6 }
 const plain = testRun({ algorithm: 'sliding-window', limit: 1_000_000, windowMs: 60_000, shadow: false })

@@ -40,6 +40,7 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStor
   return new RedisStore(port, {
     timeout: options.timeout,
     maxBatch: options.maxBatch,
+    maxInFlight: options.maxInFlight,
     maxPending: options.maxPending,
     coalesce: options.batchWrites,
     onBatch: onStoreCall

@@ -218,7 +218,7 @@ test('a meter that throws while Redis is down: requests are decided by onRedisEr
 
 test('a store whose per-call callback (onBatch) throws: every decision answered, nothing left pending', async (t) => {
   const { redisStore: quiet, prefix } = await setupModelStore(t, 'mxb')
-  const store = new RedisStore(quiet.client, { timeout: 1000, maxBatch: 128, maxPending: 100, coalesce: true, onBatch: () => { throw new Error('meter failed') } })
+  const store = new RedisStore(quiet.client, { timeout: 1000, maxBatch: 128, maxInFlight: 1, maxPending: 100, coalesce: true, onBatch: () => { throw new Error('meter failed') } })
   const run = testRun({ algorithm: 'fixed-window', limit: 3, windowMs: 60_000, shadow: false })
   const decisions = await within(3000, Promise.all(Array.from({ length: 5 }, async (_, i) => await store.decide({ runs: [run], keys: [`${prefix}:{b${i % 2}}:w`], costs: [1] }, 'charge'))))
   t.not(decisions, 'unanswered', 'every decision answered')

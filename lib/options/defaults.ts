@@ -24,6 +24,7 @@ export const DEFAULTS = {
   metrics: true,
   batchWrites: true,
   maxBatch: 128,
+  maxInFlight: 1,
   maxKeys: DEFAULT_MAX_KEYS,
   circuitBreaker: { failures: 5, cooldown: '250ms' },
   maxPending: 50_000,

@@ -17,6 +17,8 @@ export const MAX_GLOBAL_BLOCKS = 16
 export const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
 export const MAX_TIMEOUT_MS = 60_000
 export const MAX_BATCH = 1024
+/** Script calls in flight per lane (maxInFlight), at most. */
+export const MAX_IN_FLIGHT = 1024
 export const MAX_PENDING = 1_000_000
 export const MAX_FLEET = 100_000
 export const MAX_KEYS = 10_000_000

@@ -29,7 +29,7 @@ import {
 } from '../policy/rules.js'
 import { shown } from '../util/validate.js'
 import {
-  choice, integerOption, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
+  choice, integerOption, MAX_BATCH, MAX_IN_FLIGHT, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
   resolveAllowList, resolveBreaker, resolveConfigKey, resolveDenyCache, resolveHashSecret, resolveHeaders, STORES
 } from './fields.js'
 
@@ -66,6 +66,8 @@ export interface ResolvedOptions {
   metrics: boolean
   batchWrites: boolean
   maxBatch: number
+  /** Script calls in flight per connection (per hash tag on a Cluster), at most. */
+  maxInFlight: number
   maxPending: number
   /** Requests held for a reserved turn (a block's `delay`), at most, per plugin instance. */
   maxDelayed: number
@@ -91,7 +93,7 @@ type Input = Record<string, unknown>
 /** The store and how decisions reach it: store, redis, prefix, timeout, batching. */
 function resolveStore (
   options: Input
-): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxPending' | 'maxDelayed' | 'maxKeys'> {
+): Pick<ResolvedOptions, 'store' | 'redis' | 'prefix' | 'timeout' | 'batchWrites' | 'maxBatch' | 'maxInFlight' | 'maxPending' | 'maxDelayed' | 'maxKeys'> {
   const store = choice('store', options.store ?? DEFAULTS.store, STORES)
   const redis = options.redis
   if (redis !== undefined && clientPort(redis) === undefined) throw new FST_RRL_UNSUPPORTED_CLIENT('option `redis`', describeClient(redis))
@@ -110,6 +112,7 @@ function resolveStore (
     timeout,
     batchWrites: typeof options.batchWrites === 'boolean' ? options.batchWrites : DEFAULTS.batchWrites,
     maxBatch: integerOption(options, 'maxBatch', DEFAULTS.maxBatch, [1, MAX_BATCH]),
+    maxInFlight: integerOption(options, 'maxInFlight', DEFAULTS.maxInFlight, [1, MAX_IN_FLIGHT]),
     maxPending: integerOption(options, 'maxPending', DEFAULTS.maxPending, [1, MAX_PENDING]),
     maxDelayed: integerOption(options, 'maxDelayed', DEFAULTS.maxDelayed, [0, MAX_PENDING]),
     maxKeys: integerOption(options, 'maxKeys', DEFAULTS.maxKeys, [1, MAX_KEYS])

@@ -10,7 +10,7 @@ import { item } from '../util/item.js'
 /** Every plugin option (docs/options.md documents each; test/docs/readme.test.ts checks). */
 export const OPTION_NAMES: ReadonlySet<string> = new Set([
   'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
-  'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch',
+  'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxInFlight',
   'maxPending', 'maxDelayed', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
   'useErrorHandler', 'notFound', 'lease'
 ])

@@ -116,6 +116,12 @@ export interface RateLimitPluginOptions {
   batchWrites?: boolean
   /** Decisions per script call, at most (1 to 1024); default 128. */
   maxBatch?: number
+  /**
+   * Script calls in flight per connection (per hash tag on a Cluster), at
+   * most (1 to 1024); default 1. Decisions that arrive while it is reached
+   * join the next call (group commit). See docs/operations.md.
+   */
+  maxInFlight?: number
   /** Instances sharing the limits, for `onRedisError: 'local'` (each then allows `limit / fleetSize`). */
   fleetSize?: number
   /** Keys the memory store (and the local limiter of `onRedisError: 'local'`) keeps, least recently used evicted first; default 100,000. */

@@ -76,7 +76,7 @@ export async function setupModelStore (t: Test, label: string): Promise<{ redisS
   const client = createClient(await getRedis())
   const prefix = uniquePrefix(label)
   const clock = new TestClock(1_900_000_000_000)
-  const redisStore = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
+  const redisStore = new RedisStore(clientPort(client)!, { timeout: 1000, maxBatch: 128, maxInFlight: 1, maxPending: 10_000, coalesce: true, onBatch: undefined }, clock.read)
   t.teardown(async () => {
     const keys = await client.keys(`${prefix}:*`)
     if (keys.length > 0) await client.del(...keys)

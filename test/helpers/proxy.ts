@@ -2,11 +2,11 @@
 import { createServer, connect, type Server, type Socket } from 'node:net'
 import { HOST } from './ioredis-clients.js'
 
-export type ProxyMode = 'pass' | 'drop-replies' | 'pause'
+export type ProxyMode = 'pass' | 'drop-replies' | 'pause' | 'hold-replies'
 
 export interface Proxy {
   port: number
-  /** pass: forward; drop-replies: client→server forwarded, server→client discarded; pause: hold both ways. */
+  /** pass: forward; drop-replies: client→server forwarded, server→client discarded; pause: hold both ways; hold-replies: client→server forwarded, server→client held until the mode changes. */
   mode: ProxyMode
   /** Destroys every open connection (both sides); new connections are still accepted. */
   cut: () => void
@@ -39,7 +39,7 @@ export async function startProxy (targetPort: number): Promise<Proxy> {
     })
     upstream.on('data', (chunk: Buffer) => {
       if (state.mode === 'drop-replies') dropped += chunk.length
-      else if (state.mode === 'pause') held.push(() => downstream.write(chunk))
+      else if (state.mode === 'pause' || state.mode === 'hold-replies') held.push(() => downstream.write(chunk))
       else downstream.write(chunk)
     })
   })
@@ -56,7 +56,7 @@ export async function startProxy (targetPort: number): Promise<Proxy> {
     get mode () { return state.mode },
     set mode (next: ProxyMode) {
       state.mode = next
-      if (next !== 'pause') for (const release of held.splice(0)) release()
+      if (next !== 'pause' && next !== 'hold-replies') for (const release of held.splice(0)) release()
     },
     cut,
     close: async () => {

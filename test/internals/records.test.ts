@@ -60,7 +60,7 @@ test('the Redis store\'s records without the clock option: stamped, judged and d
   const { redisStore: model, prefix } = await setupModelStore(t, 'records-time')
   const admin = createClient(await getRedis())
   t.teardown(() => { admin.disconnect() })
-  const store = new RedisStore(model.client, { timeout: 1000, maxBatch: 128, maxPending: 100, coalesce: true, onBatch: undefined })
+  const store = new RedisStore(model.client, { timeout: 1000, maxBatch: 128, maxInFlight: 1, maxPending: 100, coalesce: true, onBatch: undefined })
   const records = store.records(`${prefix}:bans`)
   const before = await redisMs(admin)
   const stamped = await records.stamp()

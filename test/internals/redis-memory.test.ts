@@ -39,7 +39,7 @@ test(`${CALLERS.toLocaleString('en')} distinct identities cost under 25 MiB of R
   const redis = new Redis(server.url)
   t.teardown(async () => { redis.disconnect(); await server.stop() })
   // Latency is not under test: a generous timeout, so a loaded machine cannot degrade a decision.
-  const store = new RedisStore(clientPort(redis)!, { timeout: 10_000, maxBatch: 128, maxPending: 10_000, coalesce: true, onBatch: undefined })
+  const store = new RedisStore(clientPort(redis)!, { timeout: 10_000, maxBatch: 128, maxInFlight: 1, maxPending: 10_000, coalesce: true, onBatch: undefined })
   await store.warmUp()
   const identity = compileIdentity('user', {
     user: (request) => request.headers['x-user'] as string | undefined,

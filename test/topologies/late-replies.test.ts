@@ -114,7 +114,7 @@ test('the store after a stall: nothing pending, no slot held', async (t) => {
   const { server, admin } = await privateRedis(t)
   const redis = pluginClient('recommended', server.port)
   t.teardown(() => { redis.disconnect() })
-  const store = new RedisStore(clientPort(redis)!, { timeout: TIMEOUT, maxBatch: 128, maxPending: 100, coalesce: true, onBatch: undefined }, new TestClock().read)
+  const store = new RedisStore(clientPort(redis)!, { timeout: TIMEOUT, maxBatch: 128, maxInFlight: 1, maxPending: 100, coalesce: true, onBatch: undefined }, new TestClock().read)
   await store.warmUp()
   const request = { runs: [slotRun(1, 60_000)], keys: ['late:{c}:s'], costs: [1] }
 

@@ -2,7 +2,7 @@ import { item } from '../../util/item.js'
 /* On a Cluster every key of one script call must live in one slot, which a key's hash tag decides. */
 
 /** The Cluster hash tag of a key (`{...}`), which decides its slot; the key itself when it has none. */
-function hashTag (key: string): string {
+export function hashTag (key: string): string {
   const open = key.indexOf('{')
   if (open !== -1) {
     const close = key.indexOf('}', open + 1)

@@ -5,7 +5,9 @@ import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
 import { bySlot } from './cluster-slots.js'
-import { isIdempotent, waitMore, type BatchJob, type InFlight, type Progress } from './in-flight.js'
+import { isIdempotent, type BatchJob, type InFlight } from './in-flight.js'
+import { CallTimers } from './timeouts.js'
+import { Lanes, type Lane } from './lanes.js'
 import { item } from '../../util/item.js'
 
 /*
@@ -21,20 +23,17 @@ import { item } from '../../util/item.js'
  * most `maxBatch` decisions each). On a Cluster the decisions are grouped by
  * hash tag: every key of one call must live in one slot.
  *
+ * Group commit (lanes.ts): at most `maxInFlight` calls in flight per lane;
+ * what arrives meanwhile waits for a reply and leaves in the next call, or
+ * fails with the call ahead of it when that call meets Redis's silence.
+ *
  * The timeout rule (in-flight.ts waitMore) measures Redis, not Node; the
  * number of decisions queued or in flight is capped (`maxPending`): beyond it
  * the route's onRedisError answers at once instead of growing the backlog.
  *
- * A call abandoned at the timeout may still be sent again by the client:
- * ioredis resends unanswered commands after a reconnect (its default
- * autoResendUnfulfilledCommands) and a Cluster client retries after a
- * redirect. At the timeout the call is defused (client/port.ts ScriptCall):
- * any copy written after that moment runs nothing (ioredis: its first
- * argument becomes an unknown function or SHA, which fails, or `return 0`,
- * which touches no key; node-redis: the unwritten command is aborted, and a
- * written one is never resent): a decision answered by onRedisError is
- * counted at most once, whatever the client's settings. Slot releases and
- * renewals are idempotent (a ZREM, a ZADD of a live member): they travel in
+ * A call abandoned at the timeout is defused (client/port.ts ScriptCall
+ * says how): a decision answered by onRedisError is counted at most once.
+ * Slot releases and renewals are idempotent (a ZREM, a ZADD of a live member): they travel in
  * calls of their own, are never defused, and a release is retried by the
  * store after a timeout. "Function not found" (a restart without persistence,
  * FUNCTION FLUSH) and NOSCRIPT are answered by one EVAL of the same script,
@@ -50,6 +49,8 @@ export interface DispatchOptions {
   maxPending: number
   /** false: every decision is its own call, sent at once (no coalescing). */
   coalesce: boolean
+  /** Script calls in flight per lane (connection, or hash tag on a Cluster), at most; later decisions join the next call. */
+  maxInFlight: number
   /** The injected test clock (ms), passed to the script instead of Redis TIME. */
   clock: (() => number) | undefined
   /** Called per script call with its size and the ms from write to reply (or failure), after its jobs are answered; a throw is dropped. */
@@ -62,23 +63,19 @@ export class Dispatcher {
   readonly #options: DispatchOptions
   readonly #releaseSlots: ReleaseSlots
   #queue: BatchJob[] = []
+  readonly #lanes: Lanes<BatchJob>
+  readonly #timers: CallTimers
   #scheduled = false
   #pending = 0
-  readonly #progress = new Map<string, Progress>()
   readonly #flush = (): void => { this.#flushQueue() }
-  /** Calls whose timer fired, judged together after the next poll phase (see #judge). */
-  #fired: InFlight[] = []
-  readonly #judgeFired = (): void => {
-    const calls = this.#fired
-    this.#fired = []
-    for (const call of calls) this.#verdict(call)
-  }
 
   constructor (client: ClientPort, route: ScriptRoute, options: DispatchOptions, releaseSlots: ReleaseSlots) {
     this.#client = client
     this.#route = route
     this.#options = options
     this.#releaseSlots = releaseSlots
+    this.#lanes = new Lanes(client.cluster, options.maxInFlight)
+    this.#timers = new CallTimers(options.timeout, (call) => { this.#failAll(call, new FST_RRL_REDIS_TIMEOUT(options.timeout)) })
   }
 
   /** Decisions queued or waiting on Redis now. */
@@ -98,7 +95,7 @@ export class Dispatcher {
     }
     this.#pending++
     if (!this.#options.coalesce) {
-      this.#send([job])
+      this.#send([job], undefined)
       return
     }
     this.#queue.push(job)
@@ -120,17 +117,47 @@ export class Dispatcher {
     // They go first, so a slot released in this turn is free for the decisions of the same turn.
     if (jobs.some(isIdempotent)) {
       this.#sendGroups(jobs.filter(isIdempotent))
-      this.#sendGroups(jobs.filter((job) => !isIdempotent(job)))
+      this.#sendToLanes(jobs.filter((job) => !isIdempotent(job)))
       return
     }
-    this.#sendGroups(jobs)
+    this.#sendToLanes(jobs)
   }
 
+  /** Each hash tag's jobs (all of them standalone) leave now if their lane has room, else wait in it for the next call. */
+  #sendToLanes (jobs: readonly BatchJob[]): void {
+    if (jobs.length === 0) return
+    for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) {
+      const lane = this.#lanes.of(item(group, 0))
+      if (this.#lanes.open(lane)) this.#sendChunks(group, lane)
+      else lane.wait(group)
+    }
+  }
+
+  /** Slot releases and renewals: every hash tag's at once, in no lane. */
   #sendGroups (jobs: readonly BatchJob[]): void {
     if (jobs.length === 0) return
+    for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) this.#sendChunks(group, undefined)
+  }
+
+  /** One call per `maxBatch` jobs of one hash tag, counted in `lane`. */
+  #sendChunks (group: readonly BatchJob[], lane: Lane<BatchJob> | undefined): void {
     const max = this.#options.maxBatch
-    for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) {
-      for (let i = 0; i < group.length; i += max) this.#send(group.length <= max ? group : group.slice(i, i + max))
+    for (let i = 0; i < group.length; i += max) this.#send(group.length <= max ? group : group.slice(i, i + max), lane)
+  }
+
+  /** A call of `lane` ended: its waiting jobs go first in the next flush, or fail with the call's silence (`silent`). */
+  #freed (lane: Lane<BatchJob> | undefined, silent: unknown): void {
+    if (lane === undefined) return
+    const waiting = this.#lanes.release(lane, silent !== undefined)
+    if (waiting === undefined) return
+    if (silent !== undefined) {
+      for (const job of waiting) this.#fail(job, silent)
+      return
+    }
+    this.#queue = this.#queue.length === 0 ? waiting : waiting.concat(this.#queue)
+    if (!this.#scheduled) {
+      this.#scheduled = true
+      setImmediate(this.#flush)
     }
   }
 
@@ -139,35 +166,13 @@ export class Dispatcher {
     job.reject(error)
   }
 
-  /**
-   * Judges a call whose timer fired after the next poll phase (setImmediate),
-   * together with every other call whose timer fired in the same turn: one
-   * callback abandons them all before any of their requests go on, so the
-   * last call of a hung flood is not answered only after the requests of all
-   * the calls before it have been served.
-   */
-  #judge (call: InFlight): void {
-    this.#fired.push(call)
-    if (this.#fired.length === 1) setImmediate(this.#judgeFired)
-  }
-
-  /** The progress record of the connection a call went to: the only one standalone, its slot's master on a Cluster. */
-  #progressOf (node: string): Progress {
-    let progress = this.#progress.get(node)
-    if (progress === undefined) {
-      progress = { lastAt: 0, open: new Set() }
-      this.#progress.set(node, progress)
-    }
-    return progress
-  }
-
   /** Waits for the reply of the call's current command (the first, or the EVAL that answers it). */
   #listen (call: InFlight): void {
     call.current.reply.then((reply) => { this.#onReply(call, reply) }, (error: unknown) => { this.#onError(call, error) })
   }
 
   /** One script call for these jobs, bounded as the module comment says. */
-  #send (jobs: readonly BatchJob[]): void {
+  #send (jobs: readonly BatchJob[], lane: Lane<BatchJob> | undefined): void {
     const now = this.#options.clock?.()
     // One straight decision alone (most calls under light load) goes to its algorithm's own script.
     const lone = frameLone(jobs, now)
@@ -185,20 +190,20 @@ export class Dispatcher {
       idempotent: jobs.every(isIdempotent),
       settled: false,
       timedOut: false,
-      progress: this.#progressOf(first.node),
+      progress: this.#timers.progressOf(first.node),
+      lane,
       firedAt: 0,
       timer: undefined
     }
-    call.progress.open.add(call)
-    call.timer = setTimeout(this.#onTimer, this.#options.timeout, call)
+    lane?.sent()
+    this.#timers.arm(call)
     this.#listen(call)
   }
 
   /** The call's end: its ms from write to reply, for onBatch once its jobs are answered. */
   #finish (call: InFlight): number {
     call.settled = true
-    call.progress.open.delete(call)
-    if (call.timer !== undefined) clearTimeout(call.timer)
+    this.#timers.disarm(call)
     return performance.now() - call.first.writtenAt
   }
 
@@ -223,25 +228,8 @@ export class Dispatcher {
     if (!call.idempotent) call.current.defuse()
     for (const job of call.jobs) this.#fail(job, error)
     if (ran) this.#releaseTaken(call, call.jobs)
+    this.#freed(call.lane, call.timedOut ? error : undefined)
     this.#measured(call, latencyMs)
-  }
-
-  // Expired timers run before the poll phase: let it read replies that have already arrived.
-  readonly #onTimer = (call: InFlight): void => {
-    call.firedAt = performance.now()
-    this.#judge(call)
-  }
-
-  #verdict (call: InFlight): void {
-    if (call.settled) return
-    const { timeout } = this.#options
-    const waitMs = waitMore(call, timeout)
-    if (waitMs !== undefined) {
-      call.timer = setTimeout(this.#onTimer, waitMs, call)
-      return
-    }
-    call.timedOut = true
-    this.#failAll(call, new FST_RRL_REDIS_TIMEOUT(timeout))
   }
 
   // Any answer shows Redis is alive, also one to a call already abandoned (or its inert resend).
@@ -250,6 +238,7 @@ export class Dispatcher {
     if (this.#late(call, true)) return
     const latencyMs = this.#finish(call)
     this.#deliver(call, reply)
+    this.#freed(call.lane, undefined)
     this.#measured(call, latencyMs)
   }
 

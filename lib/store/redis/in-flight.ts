@@ -1,6 +1,7 @@
 import type { ScriptCall, ScriptOp } from './client/port.js'
 import type { EncodedCall, Settlement } from './protocol.js'
 import type { ScriptNumber } from './script-route.js'
+import type { Lane } from './lanes.js'
 
 /*
  * What the dispatcher's timeout rule judges (dispatcher.ts): a script call in
@@ -67,6 +68,8 @@ export interface InFlight {
   settled: boolean
   timedOut: boolean
   progress: Progress
+  /** The lane it counts in (dispatcher.ts group commit); none for slot releases and renewals, or without coalescing. */
+  lane: Lane<BatchJob> | undefined
   firedAt: number
   timer: NodeJS.Timeout | undefined
 }

@@ -18,6 +18,17 @@ export interface ScriptCall {
   readonly writtenAt: number
   /** false while the client still holds the call (node-redis waits for the socket to drain). */
   readonly written: boolean
+  /*
+   * A call abandoned at the timeout may still be sent again by the client:
+   * ioredis resends unanswered commands after a reconnect (its default
+   * autoResendUnfulfilledCommands) and a Cluster client retries after a
+   * redirect. At the timeout the dispatcher defuses the call (below):
+   * any copy written after that moment runs nothing (ioredis: its first
+   * argument becomes an unknown function or SHA, which fails, or `return 0`,
+   * which touches no key; node-redis: the unwritten command is aborted, and a
+   * written one is never resent): a decision answered by onRedisError is
+   * counted at most once, whatever the client's settings.
+   */
   /** After this, no copy of the call the client writes from now on runs anything. Idempotent; never throws. */
   defuse: () => void
 }

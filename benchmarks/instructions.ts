@@ -20,6 +20,8 @@
  *
  *   --only a,b    algorithms to measure (default all five)
  *   --no-floors   skip the floors (a quicker loop while changing the Lua)
+ *   --single      one decision per call only (issue 33, item 1): every algorithm of --only
+ *                 and @fastify/rate-limit's script, and where fixed-window's call spends them
  */
 import { execFileSync, spawnSync } from 'node:child_process'
 import { readdirSync, statSync, writeFileSync, mkdirSync } from 'node:fs'
@@ -124,10 +126,11 @@ function breakdown (dump: Dump, decisions: number, top = 25): string[] {
   return lines
 }
 
-function parseArgs (argv: string[]): { only: AlgorithmName[], floors: boolean } {
-  const args = { only: [...ALGORITHMS], floors: true }
+function parseArgs (argv: string[]): { only: AlgorithmName[], floors: boolean, single: boolean } {
+  const args = { only: [...ALGORITHMS], floors: true, single: false }
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--no-floors') args.floors = false
+    else if (argv[i] === '--single') args.single = true
     else if (argv[i] === '--only') args.only = (argv[++i] ?? '').split(',') as AlgorithmName[]
     else throw new Error(`unknown argument ${argv[i]} (see the header of benchmarks/instructions.ts)`)
   }
@@ -135,8 +138,54 @@ function parseArgs (argv: string[]): { only: AlgorithmName[], floors: boolean } 
   return args
 }
 
+/** One decision per call for every algorithm, beside the peer's script: what a call costs before its first decision. */
+async function singleCalls (server: Callgrind, admin: Redis, only: AlgorithmName[], loadStart: number): Promise<string> {
+  const dumps = new Map<number, Dump>()
+  const meter = instructionMeter(server, admin, dumps)
+  const rows = await algorithmBatches(server.url, SINGLE_DECISIONS, { meter, timeout: 30_000, only, maxBatch: 1 })
+  const fixedDump = dumps.get(rows.findIndex((r) => r.algorithm === 'fixed-window'))
+  const peer = (await floors(server.url, SINGLE_DECISIONS, meter)).find((r) => r.id === 'frl')
+  const peerDump = dumps.get(dumps.size - 1)
+  const ratio = (r: BatchFigures): string => peer?.instructions === undefined || r.instructions === undefined ? '–' : `${(r.instructions.script / peer.instructions.script).toFixed(2)}×`
+  return [
+    `# Redis instructions per decision at one decision per call, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+    '',
+    `callgrind, ${SINGLE_DECISIONS.toLocaleString('en-US')} decisions per case: consume() with maxBatch 1 (each decision its algorithm's lone script), and @fastify/rate-limit's script, one EVALSHA per decision. Load ${loadStart.toFixed(2)} at the start (counts do not depend on it).`,
+    '',
+    '| case | in the script per decision | whole server per decision | redis.call per decision | script × @fastify/rate-limit\'s |',
+    '| --- | ---: | ---: | ---: | ---: |',
+    ...rows.map((r) => `| ${r.algorithm}${r.degraded > 0 ? ` **(${r.degraded} degraded)**` : ''} | ${n(r.instructions?.script)} | ${n(r.instructions?.total)} | ${r.callsPerDecision.toFixed(2)} | ${ratio(r)} |`),
+    ...(peer === undefined ? [] : [`| @fastify/rate-limit's script | ${n(peer.instructions?.script)} | ${n(peer.instructions?.total)} | ${peer.callsPerDecision.toFixed(2)} | 1.00× |`]),
+    '',
+    '## Where a fixed-window call spends them (self cost, whole server)',
+    '',
+    ...(fixedDump === undefined ? ['(not measured)'] : breakdown(fixedDump, SINGLE_DECISIONS, 30)),
+    '',
+    '## Where @fastify/rate-limit\'s call spends them',
+    '',
+    ...(peerDump === undefined ? ['(not measured)'] : breakdown(peerDump, SINGLE_DECISIONS, 30)),
+    ''
+  ].join('\n')
+}
+
 async function main (): Promise<void> {
   const args = parseArgs(process.argv.slice(2))
+  if (args.single) {
+    const loadStart = loadAverage()
+    const server = await startCallgrind()
+    const admin = new Redis(server.url)
+    try {
+      const markdown = await singleCalls(server, admin, args.only, loadStart)
+      process.stdout.write(markdown)
+      const out = join(HERE, 'results', `${new Date().toISOString().slice(0, 10)}-instructions-single.md`)
+      writeFileSync(out, markdown)
+      process.stderr.write(`written ${out}\n`)
+    } finally {
+      admin.disconnect()
+      server.stop()
+    }
+    return
+  }
   const loadStart = loadAverage()
   const server = await startCallgrind()
   const admin = new Redis(server.url)

@@ -4,6 +4,7 @@
  *   (no positional)   HTTP benchmark, then the Redis-side script benchmark
  *   http | scripts    only one of the two
  *   memory            Redis bytes per tracked caller, every algorithm and @fastify/rate-limit (benchmarks/memory.ts has its options)
+ *   fleet             N instance processes at fixed arrival rates against one Redis under a CPU quota (benchmarks/fleet.ts has its options)
  *   --quick           CI smoke test: 5 configurations, 1 round, 1 s warm-up, 3 s runs (the overload case 2 s), short script loop,
  *                     no waiting for a quiet machine (the load is still recorded) (< 1 min); never quotable
  *   --rounds N        rounds (default 3); configurations are interleaved in every round
@@ -43,6 +44,7 @@ import { summarise as summariseProfile } from './profile.js'
 import { loadAverage, notQuotable, waitForQuiet, type Conditions, type GateOptions } from './quiet.js'
 import { fmt, httpSections, quotableBanner, summarise } from './report.js'
 import { runMemoryBench } from './memory.js'
+import { runFleetBench } from './fleet.js'
 import { runScriptBench } from './scripts.js'
 import { targetsMarkdown, type TargetInput } from './targets.js'
 
@@ -286,7 +288,9 @@ async function main (): Promise<void> {
 }
 
 // `npm run bench -- memory …`: bytes per caller (benchmarks/memory.ts), its own options and report.
-const entry = process.argv[2] === 'memory' ? async () => { await runMemoryBench(process.argv.slice(3)) } : main
+const subcommands: Record<string, (argv: string[]) => Promise<void>> = { memory: runMemoryBench, fleet: runFleetBench }
+const sub = subcommands[process.argv[2] ?? '']
+const entry = sub === undefined ? main : async () => { await sub(process.argv.slice(3)) }
 entry().catch((error: unknown) => {
   // A missing wrk says how to install it; anything else shows where it failed.
   process.stderr.write(`${error instanceof WrkMissing ? error.message : error instanceof Error ? error.stack ?? error.message : String(error)}\n`)

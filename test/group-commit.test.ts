@@ -50,6 +50,25 @@ function inject (app: FastifyInstance, url: string, user: string): Promise<{ sta
   return app.inject({ url, headers: { 'x-user': user } }) as never
 }
 
+/**
+ * With Redis's replies held: one decision for `users[0]` written and run in
+ * Redis, then one for each other user, a turn apart (they arrive while that
+ * call is in flight). The script calls counted before it, and the answers.
+ */
+async function behindHeldCall (rig: Rig, url: string, users: string[]): Promise<{ before: number, first: ReturnType<typeof inject>, later: Array<ReturnType<typeof inject>> }> {
+  const { app, admin, proxy } = rig
+  const before = await scriptCalls(admin)
+  proxy.mode = 'hold-replies'
+  const first = inject(app, url, users[0] as string)
+  await waitFor('the first call ran in Redis', async () => await scriptCalls(admin) - before === 1)
+  const later: Array<ReturnType<typeof inject>> = []
+  for (const user of users.slice(1)) {
+    later.push(inject(app, url, user))
+    await turn()
+  }
+  return { before, first, later }
+}
+
 test('light load: each decision leaves at once in its own call, nothing waits', async (t) => {
   const { app, admin } = await rig(t)
   const before = await scriptCalls(admin)
@@ -59,16 +78,9 @@ test('light load: each decision leaves at once in its own call, nothing waits', 
 })
 
 test('a call in flight: decisions of later turns wait for its reply and leave together in one call', async (t) => {
-  const { app, admin, proxy } = await rig(t, { timeout: 5000 })
-  const before = await scriptCalls(admin)
-  proxy.mode = 'hold-replies'
-  const first = inject(app, '/count', 'u1')
-  await waitFor('the first call ran in Redis', async () => await scriptCalls(admin) - before === 1)
-  const later: Array<ReturnType<typeof inject>> = []
-  for (let i = 0; i < 10; i++) {
-    later.push(inject(app, '/count', 'u1'))
-    await turn()
-  }
+  const setup = await rig(t, { timeout: 5000 })
+  const { app, admin, proxy } = setup
+  const { before, first, later } = await behindHeldCall(setup, '/count', Array(11).fill('u1'))
   await new Promise((resolve) => setTimeout(resolve, 50))
   t.equal(await scriptCalls(admin) - before, 1, 'while its reply is held, no other call reaches Redis (ten decisions over ten turns wait)')
   proxy.mode = 'pass'
@@ -81,21 +93,14 @@ test('a call in flight: decisions of later turns wait for its reply and leave to
 })
 
 test('a call abandoned at the timeout takes the decisions waiting behind it: they were waiting on the same silence, and none is sent into it', async (t) => {
-  const { app, admin, proxy } = await rig(t)
+  const setup = await rig(t)
+  const { app, admin, proxy } = setup
   const errors: string[] = []
   const onError = (message: unknown): void => { errors.push((message as StoreErrorMessage).cause) }
   diagnostics.subscribe(CHANNELS.storeError, onError)
   t.teardown(() => { diagnostics.unsubscribe(CHANNELS.storeError, onError) })
-  const before = await scriptCalls(admin)
-  proxy.mode = 'hold-replies'
-  const first = inject(app, '/closed', 'u1')
-  await waitFor('the first call ran in Redis', async () => await scriptCalls(admin) - before === 1)
-  const later: Array<ReturnType<typeof inject>> = []
   // Four failures in all: a fifth in a row would open the circuit breaker (its default), which is another test's subject.
-  for (let i = 0; i < 3; i++) {
-    later.push(inject(app, '/closed', `w${i}`))
-    await turn()
-  }
+  const { before, first, later } = await behindHeldCall(setup, '/closed', ['u1', 'w0', 'w1', 'w2'])
   const answers = await Promise.all([first, ...later])
   t.same(answers.map((a) => a.statusCode), [503, 503, 503, 503], 'the route fails closed for all four')
   t.same(errors, ['timeout', 'timeout', 'timeout', 'timeout'], 'each judged by the silence of the call ahead of it')

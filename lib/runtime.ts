@@ -2,7 +2,6 @@ import type { FastifyInstance } from 'fastify'
 import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
 import { Bans } from './fleet/bans.js'
 import { Overrides } from './fleet/overrides.js'
-import { CircuitBreaker } from './decide/circuit-breaker.js'
 import { DenyCache } from './decide/deny-cache.js'
 import { Holds } from './decide/holds.js'
 import { Waiters } from './decide/waiters.js'
@@ -30,7 +29,7 @@ export interface PluginRuntime extends RouteRuntime {
 
 type StoreCall = (size: number, latencyMs: number) => void
 
-function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStoreCall: StoreCall): Store {
+function createStore (fastify: FastifyInstance, options: ResolvedOptions, elapsed: () => number, onStoreCall: StoreCall): Store {
   if (options.store === 'memory') return new MemoryStore(options.clock ?? options.hostClock, options.maxKeys)
   const decorated = fastify.hasDecorator('redis') ? (fastify as unknown as { redis: ResolvedOptions['redis'] }).redis : undefined
   const client = options.redis ?? decorated
@@ -43,7 +42,10 @@ function createStore (fastify: FastifyInstance, options: ResolvedOptions, onStor
     maxInFlight: options.maxInFlight,
     maxPending: options.maxPending,
     coalesce: options.batchWrites,
-    onBatch: onStoreCall
+    onBatch: onStoreCall,
+    // One breaker per node the calls go to (store/redis/breakers.ts).
+    breaker: options.circuitBreaker,
+    elapsed
   }, options.clock)
 }
 
@@ -74,13 +76,13 @@ function monotonicClock (): number {
 
 /** The store, the decision state and the reply path of one plugin instance. */
 export function createRuntime (fastify: FastifyInstance, options: ResolvedOptions): PluginRuntime {
-  // Metrics load at ready(); until then a store call records nothing.
-  const store = createStore(fastify, options, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   // Calendar time (the local store's windows, periods) is the host's; this instance's own
   // durations (breaker cooldowns, deny-cache entries, log throttles) are monotonic, so a host
   // clock stepped back (NTP, a resumed VM) cannot hold the breaker open for the step.
   const clock = options.clock ?? options.hostClock
   const elapsed = options.clock ?? monotonicClock
+  // Metrics load at ready(); until then a store call records nothing.
+  const store = createStore(fastify, options, elapsed, (size, latencyMs) => { runtime.metrics?.storeCall(size, latencyMs) })
   let local: MemoryStore | undefined
   const refuse = createRefuse(options.replyBuilder, options.useErrorHandler, (request, error) => {
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
@@ -105,8 +107,6 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     clock: elapsed,
     tier: options.tier,
     metrics: undefined,
-    // The memory store has no Redis to fail; a breaker would only ever stay closed.
-    breaker: options.circuitBreaker === undefined || options.store === 'memory' ? undefined : new CircuitBreaker(options.circuitBreaker, options.timeout, elapsed),
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },

@@ -1,7 +1,6 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import type { Charge } from './decision-math.js'
-import type { CircuitBreaker } from './circuit-breaker.js'
 import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/decide.js'
 import type { Holds } from './holds.js'
@@ -25,10 +24,8 @@ export interface Engine {
   store: Store
   /** The local deny cache, or undefined when `denyCache: false`. */
   denyCache: DenyCache | undefined
-  /** This instance's clock for its own durations (deny cache, breaker, log throttles): the injected test clock, else monotonic ms. */
+  /** This instance's clock for its own durations (deny cache, log throttles): the injected test clock, else monotonic ms. */
   clock: () => number
-  /** Skips the store after repeated failures; undefined when `circuitBreaker: false`. */
-  breaker: CircuitBreaker | undefined
   /** onRedisError 'local': this instance's own limiter, created at its first call and the same after. */
   localStore: () => MemoryStore
   /** The concurrency slots this instance holds: renewed every lease / 3, each released once. */

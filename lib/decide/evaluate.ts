@@ -6,7 +6,6 @@ import { degraded, reportFailure } from './degraded.js'
 import type { DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
-import { FST_RRL_REDIS_CIRCUIT_OPEN } from '../errors.js'
 import type { RateLimitDecision } from '../types/index.js'
 import { item } from '../util/item.js'
 import { withoutTurns } from '../kinds/window/decide.js'
@@ -121,9 +120,17 @@ function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): vo
   if (!evaluation.queued) report(call, evaluation, durationMs, failure)
 }
 
-/** The store failed (or the breaker is open): the route's onRedisError decides, and the waiters here meet it now, not at their next poll. */
+/**
+ * The store failed (or its node's breaker is open): the route's onRedisError
+ * decides, and the waiters on the same node meet it now, not at their next
+ * poll (those on other nodes are decided as usual).
+ */
 function storeFailed (call: StoreCall, error: unknown): void {
-  if (call.runtime.waiters.size > 0) queueMicrotask(() => { call.runtime.waiters.wakeAll() })
+  const { waiters, store } = call.runtime
+  if (waiters.size > 0) {
+    const node = store.nodeOf(call.input.keys[0] ?? '')
+    queueMicrotask(() => { waiters.wakeWhere((key) => store.nodeOf(key) === node) })
+  }
   degraded(call.input, call.origin, call.runtime).then((evaluation) => { deliver(call, evaluation, error) }, call.fail)
 }
 
@@ -143,7 +150,7 @@ function since (startedAt: number): number {
  */
 export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, done: (evaluation: Evaluation) => void, fail: (error: Error) => void): void {
   const startedAt = runtime.metrics !== undefined || decisionChannel.hasSubscribers ? performance.now() : 0
-  const { denyCache, breaker } = runtime
+  const { denyCache } = runtime
   const now = runtime.clock()
 
   // 1. The local deny cache: any enforced block still refused → answer here.
@@ -163,15 +170,10 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     input.sentAt = performance.now()
   }
   const call: StoreCall = { input, origin, runtime, done, fail, startedAt, now }
-  if (breaker !== undefined && !breaker.allow()) {
-    storeFailed(call, new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
-    return
-  }
-  // Every outcome of an allowed call reports to the breaker: a probe is never left pending.
+  // The store asks the breaker of the node that holds these keys (store/redis/breakers.ts).
   runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
     let evaluation: Evaluation
     try {
-      breaker?.success()
       evaluation = fromStore(call, decisions, at)
     } catch (error) {
       fail(error as Error)
@@ -179,7 +181,6 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     }
     deliver(call, evaluation, undefined)
   }, (error: unknown) => {
-    breaker?.report(error)
     storeFailed(call, error)
   })
 }

@@ -107,6 +107,13 @@ export class Waiters {
     for (const waiter of [...this.#all]) waiter.poll()
   }
 
+  /** The waiters whose slot key `matches` decide again (a store failure on the node that holds them). */
+  wakeWhere (matches: (key: string) => boolean): void {
+    const woken = new Set<Waiter>()
+    for (const [key, set] of this.#byKey) if (matches(key)) for (const waiter of set) woken.add(waiter)
+    for (const waiter of woken) waiter.poll()
+  }
+
   #startWatching (): void {
     if (this.#watching) return
     this.#watching = true

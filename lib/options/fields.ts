@@ -1,5 +1,5 @@
 import { compileAllowList, type SkipPredicate } from '../request/allow-list.js'
-import type { BreakerOptions } from '../decide/circuit-breaker.js'
+import type { BreakerOptions } from '../store/redis/breakers.js'
 import { parseWindow } from '../policy/duration.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { SkipPredicate } from '../request/allow-list.js'
-import type { BreakerOptions } from '../decide/circuit-breaker.js'
+import type { BreakerOptions } from '../store/redis/breakers.js'
 import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from '../errors.js'
 import { clientPort, describeClient } from '../store/redis/client/detect.js'
 import { MAX_LEASE_MS, MIN_LEASE_MS } from '../kinds/concurrency/lease.js'

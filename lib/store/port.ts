@@ -175,9 +175,12 @@ export interface Store {
    * shadow run is charged; otherwise nothing is written. With `'peek'`, nothing
    * is written in any case. Returns one decision per run, in order, and the
    * time the store decided at (the charge's time, for give-backs).
-   * Rejects on any failure (unavailable, timeout, bad reply); the caller applies onRedisError.
+   * Rejects on any failure (unavailable, timeout, bad reply, the node's
+   * circuit breaker open for a charge); the caller applies onRedisError.
    */
   decide: (request: StoreRequest, mode: DecideMode) => Promise<Decided>
+  /** The node that holds `key` (a Cluster master; one name standalone, and for the memory store): the unit that fails alone. */
+  nodeOf: (key: string) => string
   /**
    * Changes usage after the decisions that charged it (refundOn, settle,
    * `fastify.rateLimit.adjust`): one store call for every entry, each entry

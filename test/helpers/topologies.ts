@@ -163,13 +163,18 @@ export interface ManagedCluster {
   stop: () => Promise<void>
 }
 
-/** Three masters on loopback, every slot assigned, cluster_state:ok on each node. About 2–3 s. */
-export async function startCluster (): Promise<ManagedCluster> {
+/**
+ * Three masters on loopback, every slot assigned, cluster_state:ok on each node. About 2–3 s.
+ * `nodeTimeoutMs` (2,000 by default) and `fullCoverage: false` keep the healthy masters
+ * answering while one is stopped for longer (REDIS-NOTES: else CLUSTERDOWN everywhere after ~2 s).
+ */
+export async function startCluster (settings: { nodeTimeoutMs?: number, fullCoverage?: boolean } = {}): Promise<ManagedCluster> {
+  const extra = ['--cluster-node-timeout', String(settings.nodeTimeoutMs ?? 2000), '--cluster-require-full-coverage', settings.fullCoverage === false ? 'no' : 'yes']
   const servers: ManagedServer[] = []
   const { admin, stop } = adminPool(servers)
   try {
     for (let i = 0; i < 3; i++) {
-      servers.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'], { label: 'cluster' }))
+      servers.push(await startServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', ...extra], { label: 'cluster' }))
     }
     await execFileAsync('redis-cli', ['--cluster', 'create', ...servers.map((s) => `${HOST}:${s.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 20_000 })
     await waitFor('cluster_state:ok on every node', async () => {

@@ -283,6 +283,11 @@ export class MemoryStore implements Store {
     return records
   }
 
+  /** One process, one node. */
+  nodeOf (_key: string): string {
+    return 'memory'
+  }
+
   close (): void {
     clearInterval(this.#sweeper)
     this.#entries.clear()

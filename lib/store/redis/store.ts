@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks'
 import { WAKE_CHANNEL } from '../../kinds/concurrency/lease.js'
 import { setTimeout as delay } from 'node:timers/promises'
-import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
+import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_CIRCUIT_OPEN, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
+import { NodeBreakers, type BreakerOptions } from './breakers.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
 import { buildBatchScript, loadLoneScripts, readSources } from './scripts.js'
@@ -25,7 +26,12 @@ const WARM_UP_MS = 500
 /** A call of slot releases is sent this many times at most before the lease is left to reclaim them. */
 const RELEASE_TRIES = 4
 
-export type RedisStoreOptions = Omit<DispatchOptions, 'clock'>
+export type RedisStoreOptions = Omit<DispatchOptions, 'clock'> & {
+  /** undefined: no circuit breaker. */
+  breaker?: BreakerOptions | undefined
+  /** The clock of the breakers' cooldowns: the injected test clock, else monotonic ms. */
+  elapsed?: () => number
+}
 
 /**
  * Whether keys that carry a TTL (all of ours) can be evicted before it runs
@@ -71,6 +77,8 @@ export class RedisStore implements Store {
   readonly #clock: (() => number) | undefined
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
+  /** One per node (breakers.ts); undefined without a circuit breaker. */
+  readonly #breakers: NodeBreakers | undefined
   #log: StartupLog | undefined
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
@@ -78,6 +86,7 @@ export class RedisStore implements Store {
     this.#client = client
     this.#clock = clock
     this.#retryMs = Math.max(50, options.timeout)
+    this.#breakers = options.breaker === undefined ? undefined : new NodeBreakers(options.breaker, options.timeout, options.elapsed ?? (() => performance.now()))
     const sources = readSources()
     this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
     this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock }, (entries) => { this.#releaseAbandoned(entries) })
@@ -110,11 +119,33 @@ export class RedisStore implements Store {
     return this.#route.functions
   }
 
-  /** Every block of one request, all-or-nothing, in this turn's batch; `at` is the script's `now` (Redis TIME, or the test clock sent). */
+  /**
+   * Every block of one request, all-or-nothing, in this turn's batch; `at` is
+   * the script's `now` (Redis TIME, or the test clock sent). A charge asks its
+   * node's breaker first, and every outcome of an allowed one reports to it,
+   * so a probe is never left pending; a peek neither asks nor reports.
+   */
   decide (request: StoreRequest, mode: DecideMode): Promise<Decided> {
+    const breaker = mode === 'charge' ? this.#breakers?.of(this.nodeOf(request.keys[0] ?? '')) : undefined
+    if (breaker !== undefined && !breaker.allow()) return Promise.reject(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => { resolve({ decisions: toDecisions(values), at }) }, reject))
+      this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => {
+        breaker?.success()
+        resolve({ decisions: toDecisions(values), at })
+      }, (error: unknown) => {
+        breaker?.report(error)
+        reject(error)
+      }))
     })
+  }
+
+  nodeOf (key: string): string {
+    return this.#client.nodeOf(key)
+  }
+
+  /** Each node's breaker that has decided anything: open or not (empty without a circuit breaker). */
+  breakers (): Array<{ node: string, open: boolean, failures: number }> {
+    return this.#breakers?.states() ?? []
   }
 
   /** Usage changed after the decision (refundOn, settle, adjust), in this turn's batch. */

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import { awaitWithin } from '../../../util/await-within.js'
 import { ioSubscribe } from './subscriber.js'
+import { keySlot } from '../cluster-slots.js'
 import { INERT, timeMs, toStringMap, type ClientPort, type MasterPort, type ScriptCall, type ScriptOp, type TimedHash } from './port.js'
 
 /*
@@ -129,6 +130,8 @@ export function ioredisPort (client: IoRedisLike | IoClusterLike, Command: IoCom
         defuse: () => { command.args[0] = INERT[op] }
       }
     },
+    // The slot table is read per call: the client replaces it when the topology changes.
+    nodeOf: (key) => clusterClient === undefined ? 'standalone' : clusterClient.slots[keySlot((client.options.keyPrefix ?? '') + key)]?.[0] ?? 'unknown',
     isServerError: (error) => (error as { name?: unknown } | null)?.name === 'ReplyError',
     masters: async () => (clusterClient === undefined ? [client] : clusterClient.nodes('master')).map(masterPort),
     del: async (keys) => await client.del(...keys),

@@ -189,6 +189,7 @@ export function nodeRedisPort (target: NodeRedisTarget): ClientPort {
         }
       }
     },
+    nodeOf: (key) => nodeOf(pre + key),
     isServerError: (error) => SERVER_ERRORS.has((error as { constructor?: { name?: string } } | null)?.constructor?.name ?? ''),
     masters: async () => await mastersOf(target, send),
     del: async (keys) => await send(pre + keys[0], ['DEL', ...keys.map((key) => pre + key)], PLAIN),

@@ -65,6 +65,8 @@ export interface ClientPort {
    * client's own keyPrefix says, and a Cluster routes by the first key.
    */
   script: (op: ScriptOp, first: string, framed: ReadonlyArray<string | number>) => ScriptCall
+  /** The node a call whose first key is `key` goes to, named as ScriptCall.node names it: the unit a breaker guards. */
+  nodeOf: (key: string) => string
   /** The error is a reply from Redis (Redis is alive), not a connection or client-side error. */
   isServerError: (error: unknown) => boolean
   /** Every master now (one for standalone and Sentinel). */

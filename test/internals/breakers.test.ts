@@ -5,7 +5,7 @@
  * test/circuit-breaker.test.ts.
  */
 import { test } from 'tap'
-import { CircuitBreaker, storeHealth } from '../../lib/decide/circuit-breaker.js'
+import { CircuitBreaker, storeHealth } from '../../lib/store/redis/breakers.js'
 import {
   FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_CIRCUIT_OPEN, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_SCRIPT_ERROR, FST_RRL_STORE_OVERLOADED
 } from '../../lib/errors.js'

@@ -1,7 +1,11 @@
-import { errorCause } from '../diagnostics.js'
-
 /*
- * A circuit breaker in front of the store. After `failures` store failures in
+ * A circuit breaker per node: the unit that fails. Standalone and Sentinel
+ * have one (the master of the moment); a Cluster has one per master, so one
+ * hung master degrades only the decisions whose keys it holds, and every
+ * other key is decided as usual. The node of a decision is its first key's
+ * master (ClientPort.nodeOf), the connection the call is written to.
+ *
+ * Each breaker: after `failures` store failures in
  * a row (timeouts and an unreachable Redis, not a bad key), decisions stop
  * asking Redis for `cooldownMs`: each answers at once by its route's
  * onRedisError instead of waiting out `timeout`. When the cooldown ends, one
@@ -31,9 +35,9 @@ export type StoreHealth = 'answered' | 'unhealthy' | 'not-asked'
  * reached it and says nothing about its health.
  */
 export function storeHealth (error: unknown): StoreHealth {
-  const cause = errorCause(error)
-  if (cause === 'timeout' || cause === 'unavailable') return 'unhealthy'
-  if (cause === 'script-error' || cause === 'bad-reply') return 'answered'
+  const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined
+  if (code === 'FST_RRL_REDIS_TIMEOUT' || code === 'FST_RRL_REDIS_UNAVAILABLE') return 'unhealthy'
+  if (code === 'FST_RRL_SCRIPT_ERROR' || code === 'FST_RRL_BAD_SCRIPT_REPLY') return 'answered'
   return 'not-asked'
 }
 
@@ -98,5 +102,33 @@ export class CircuitBreaker {
     this.#failures++
     this.#probeAt = undefined
     if (this.#failures >= this.#options.failures) this.#openUntil = this.#clock() + this.#options.cooldownMs
+  }
+}
+
+/** One breaker per node, made on a node's first decision; a node the topology no longer names keeps its (closed, small) breaker. */
+export class NodeBreakers {
+  readonly #options: BreakerOptions
+  readonly #timeoutMs: number
+  readonly #clock: () => number
+  readonly #byNode = new Map<string, CircuitBreaker>()
+
+  constructor (options: BreakerOptions, timeoutMs: number, clock: () => number) {
+    this.#options = options
+    this.#timeoutMs = timeoutMs
+    this.#clock = clock
+  }
+
+  of (node: string): CircuitBreaker {
+    let breaker = this.#byNode.get(node)
+    if (breaker === undefined) {
+      breaker = new CircuitBreaker(this.#options, this.#timeoutMs, this.#clock)
+      this.#byNode.set(node, breaker)
+    }
+    return breaker
+  }
+
+  /** Each node's breaker: open or closed, failures in a row (for stats and the console). */
+  states (): Array<{ node: string, open: boolean, failures: number }> {
+    return [...this.#byNode].map(([node, breaker]) => ({ node, open: breaker.open, failures: breaker.failures }))
   }
 }

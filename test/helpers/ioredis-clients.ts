@@ -18,12 +18,20 @@ export function adminClient (port: number): Redis {
 export type ClientKind = 'recommended' | 'default'
 
 /** The ioredis options the README recommends, as the fault tests use them. */
+/** The recommended retryStrategy's longest pause between reconnects: the part of recovery that waits (docs/operations.md, "Recovery"). */
+export const RECONNECT_CAP_MS = 200
+/**
+ * Recovery's bound in tests: the reconnect pause plus slack for the handshake, the first
+ * call (the library's EVAL after an empty restart) and a loaded 2-core machine's event loop.
+ */
+export const RECOVERY_BOUND_MS = RECONNECT_CAP_MS + 300
+
 export const RECOMMENDED_OPTIONS = {
   enableOfflineQueue: false,
   commandTimeout: 1000,
   autoResendUnfulfilledCommands: false,
   maxRetriesPerRequest: 1,
-  retryStrategy: (times: number): number => Math.min(times * 50, 200)
+  retryStrategy: (times: number): number => Math.min(times * 50, RECONNECT_CAP_MS)
 }
 
 export function pluginClient (kind: ClientKind, port: number): Redis {

@@ -24,7 +24,7 @@ import { adminClient, HOST } from './ioredis-clients.js'
 import { freePort, ping, spawnOwned, tempDir } from './processes.js'
 
 // One import for the topology suites: the clients and the proxy live beside this file.
-export { adminClient, pluginClient, RECOMMENDED_OPTIONS, type ClientKind } from './ioredis-clients.js'
+export { adminClient, pluginClient, RECOMMENDED_OPTIONS, RECOVERY_BOUND_MS, type ClientKind } from './ioredis-clients.js'
 export { startProxy, type Proxy, type ProxyMode } from './proxy.js'
 export { tempDir }
 

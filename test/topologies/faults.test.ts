@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from '../helpers/app.js'
 import { readState } from '../helpers/redis.js'
 import type { RateLimitPluginOptions } from '../../lib/index.js'
-import { adminClient, pluginClient, startProxy, startServer, waitFor, type ClientKind, type ManagedServer } from '../helpers/topologies.js'
+import { adminClient, pluginClient, RECOVERY_BOUND_MS, startProxy, startServer, waitFor, type ClientKind, type ManagedServer } from '../helpers/topologies.js'
 
 /*
  * Each fault against a private redis-server (or a proxy in front of one), with
@@ -36,8 +36,8 @@ function stallMs (): number {
   loopDelay.reset()
   return Math.max(0, worst - 10)
 }
-/** Resume bound for the recommended client; a default client's is its own reconnect delay (measured, printed). */
-const RESUME_MS = 1000
+/** Resume bound for the recommended client (its reconnect pause plus slack); a default client's is its own reconnect delay (measured, printed). */
+const RESUME_MS = RECOVERY_BOUND_MS
 
 /** FCALLs that failed: here only calls of a function the server does not hold ("Function not found": nothing ran). */
 function missingFunctionCalls (commandstats: string): number {

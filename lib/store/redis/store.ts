@@ -121,11 +121,15 @@ export class RedisStore implements Store {
 
   /**
    * Every block of one request, all-or-nothing, in this turn's batch; `at` is
-   * the script's `now` (Redis TIME, or the test clock sent). A charge asks its
-   * node's breaker first, and every outcome of an allowed one reports to it,
+   * the script's `now` (Redis TIME, or the test clock sent). A charge to a
+   * ready client asks its node's breaker first, and every outcome of an allowed one reports to it,
    * so a probe is never left pending; a peek neither asks nor reports.
    */
   decide (request: StoreRequest, mode: DecideMode): Promise<Decided> {
+    // A client that is not ready answers at once (the dispatcher asks nothing of it): a breaker
+    // would save no wait, and its cooldown would only delay the first decision after the reconnect.
+    const client = this.#client
+    if (!client.isReady()) return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.state()}`))
     const breaker = mode === 'charge' ? this.#breakers?.of(this.nodeOf(request.keys[0] ?? '')) : undefined
     if (breaker !== undefined && !breaker.allow()) return Promise.reject(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return new Promise((resolve, reject) => {

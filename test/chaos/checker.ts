@@ -12,6 +12,7 @@
  */
 import { CLIENT_TIMEOUT_MS, type ClientRecord, type Run } from './runner.js'
 import { modelAdmits, type ModelEvent } from './model.js'
+import { hashValue } from '../../lib/util/hash.js'
 import { DEFAULTS, OVERRIDE, ROUTES, routeById, type ChaosRoute } from './routes.js'
 import type { ChaosRequest } from './schedule.js'
 import type { ServerRecord } from './fleet.js'
@@ -35,7 +36,7 @@ const GIVE_BACK_MS = 150
 const AFTERMATH_MS = DEFAULTS.cooldownMs + 2 * DEFAULTS.timeoutMs + 300
 /** A fleet record reaches every instance by its second poll after it was set (plus a margin). */
 const RECORD_MS = 2 * DEFAULTS.pollMs + 300
-const REDIS_FAULTS = new Set(['redis-stop', 'client-pause', 'redis-restart', 'wrong-type'])
+const REDIS_FAULTS = new Set(['redis-stop', 'client-pause', 'redis-restart', 'wrong-type', 'node-hang'])
 
 type Outcome = 'admitted' | 'refused' | 'banned' | 'degraded-open' | 'degraded-closed' | 'unknown' | 'never-arrived'
 
@@ -79,6 +80,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
   dump(run, all, label)
   checkRequests(run, all, options, faultNear, add, label)
   checkBans(run, all, restarts, add, label)
+  checkNodeIsolation(run, all, add, label)
   for (const route of ROUTES) {
     for (const user of run.schedule.users) {
       const stream = all.filter((o) => o.route === route && o.r.user === user)
@@ -172,6 +174,29 @@ function checkRequests (run: Run, all: Obs[], options: CheckOptions, faultNear: 
     const decided = all.filter((o) => o.r.inst === inst && o.lo >= first && o.s?.tDec !== undefined && o.outcome !== 'banned' && faultNear(o.lo - AFTERMATH_MS, o.hi) === undefined)
     const stuck = own.length >= 4 && own.length >= 0.8 * decided.length
     for (const o of own) add('no-degraded-when-healthy', `${label(o)}: ${o.outcome} (status ${o.s?.status}) with no Redis fault since ${AFTERMATH_MS} ms${stuck ? `; ${own.length} of this instance's ${decided.length} decisions since degraded` : ''}`, stuck ? 'state' : 'time')
+  }
+}
+
+/**
+ * One Cluster master hung: a stream (route and caller: one hash tag, so one
+ * master) whose key was on another master as the hang began is decided as
+ * usual; none of its decisions inside the hang may degrade. A breaker shared
+ * by the whole store degraded most of them (state); one or two can be a core
+ * starved past the timeout (time).
+ */
+function checkNodeIsolation (run: Run, all: Obs[], add: Add, label: (o: Obs) => string): void {
+  for (const hang of run.faults.filter((f) => f.fault.kind === 'node-hang')) {
+    const hungNode = (hang.fault as { node: number }).node % 3
+    // Where each stream's key was (fixed: no other Redis fault, so no migration, overlaps the hang).
+    const nodeOf = (o: Obs): number | undefined => (hang.keys ?? []).find(({ key }) => key.includes(`{GET:${o.route.url}|`) && key.includes(hashValue(o.r.user)))?.node
+    // From two timeouts in (decisions written before the hang are answered) to its end, with no other Redis fault about.
+    const from = hang.start + 2 * DEFAULTS.timeoutMs
+    const healthy = all.filter((o) => o.route.host === undefined && o.s?.tDec !== undefined && o.lo >= from && o.s.tDec <= hang.end &&
+      nodeOf(o) !== undefined && nodeOf(o) !== hungNode &&
+      !run.faults.some((f) => f !== hang && REDIS_FAULTS.has(f.fault.kind) && f.start <= o.hi && f.end + AFTERMATH_MS >= o.lo))
+    const degraded = healthy.filter((o) => o.outcome === 'degraded-open' || o.outcome === 'degraded-closed')
+    const stuck = degraded.length >= 3 && degraded.length >= 0.1 * healthy.length
+    for (const o of degraded) add('healthy-node-never-degrades', `${label(o)}: ${o.outcome} while master ${hungNode} hung; its key is on master ${nodeOf(o) ?? '?'} (${degraded.length} of ${healthy.length} decisions on healthy masters degraded)`, stuck ? 'state' : 'time')
   }
 }
 

@@ -18,6 +18,8 @@ export interface FaultRecord {
   clearedAt?: number
   /** What did not go as planned (a fault that could not be applied). */
   note?: string
+  /** node-hang: the limiter's keys on each node as the hang began (which master holds which stream). */
+  keys?: Array<{ node: number, key: string }>
 }
 
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
@@ -57,6 +59,14 @@ export async function applyFault (fleet: Fleet, fault: Fault, until: (offset: nu
   const start = Date.now()
   const done = (extra: Partial<FaultRecord> = {}): FaultRecord => ({ fault, start, end: Date.now(), ...extra })
   switch (fault.kind) {
+    case 'node-hang': {
+      const keys = await stateKeys(fleet)
+      const server = fleet.servers[fault.node % fleet.servers.length]!
+      server.pause()
+      await sleep(fault.ms)
+      server.resume()
+      return { ...done(), start, keys }
+    }
     case 'redis-stop': {
       const server = fleet.servers[fault.node % fleet.servers.length]!
       server.pause()

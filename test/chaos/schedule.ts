@@ -24,6 +24,8 @@ export interface ChaosRequest {
 
 export type Fault =
   | { kind: 'redis-stop', at: number, ms: number, node: number }
+  /** One Cluster master hung (SIGSTOP) long enough to open its breaker while the others answer. */
+  | { kind: 'node-hang', at: number, ms: number, node: number }
   | { kind: 'client-pause', at: number, ms: number, node: number }
   | { kind: 'redis-restart', at: number }
   | { kind: 'wrong-type', at: number, ms: number }
@@ -171,6 +173,30 @@ function addFleetRecords (g: Gen): void {
   }
 }
 
+/** Routes every caller hits during a hang (no host constraint: the checker finds each stream's key by route and caller). */
+const HANG_ROUTES = ['gcra', 'sw', 'fw', 'slog'] as const
+
+/**
+ * One master of a Cluster hung while the others answer, after the other Redis
+ * faults (drawn last, so older seeds keep theirs): 400-900 ms, long enough for
+ * its breaker to open (5 timeouts) and short of the cluster's 2 s node timeout.
+ * Every caller on a few routes every 30 ms meanwhile: keys on the healthy
+ * masters must be decided as usual (checker: healthy-node-never-degrades).
+ */
+function addNodeHang (g: Gen): void {
+  const { int, request, users, faults } = g
+  const redisEnd = Math.max(0, ...faults.filter((f) => f.kind !== 'stall' && f.kind !== 'skew' && f.kind !== 'ban' && f.kind !== 'override' && f.kind !== 'instance-kill' && f.kind !== 'metrics-throw')
+    .map((f) => f.at + ('ms' in f ? f.ms : 400)))
+  const at = Math.max(redisEnd + 800, int(400, 1500))
+  const ms = int(400, 900)
+  const node = int(0, 2)
+  if (at + ms > TRAFFIC_MS - 300) return
+  faults.push({ kind: 'node-hang', at, ms, node })
+  for (let t = 20; t < ms; t += 30) {
+    for (const route of HANG_ROUTES) for (const user of users) request(at + t + int(0, 10), route, user, undefined, { throws: false, abortMs: undefined, sleepMs: int(0, 10) })
+  }
+}
+
 export function generate (seed: number): Schedule {
   const random = rng(seed)
   const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
@@ -225,6 +251,7 @@ export function generate (seed: number): Schedule {
   const queueAt = int(200, TRAFFIC_MS - 1500)
   const queueUser = pick(users)
   for (let i = 0; i < 4; i++) request(queueAt + i * 5, 'cw', queueUser, undefined, { sleepMs: int(100, 400) })
+  if (topology === 'cluster') addNodeHang(g)
   requests.sort((a, b) => a.at - b.at || a.id - b.id)
   requests.forEach((r, i) => { r.id = i })
   faults.sort((a, b) => a.at - b.at)

@@ -81,6 +81,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
   checkRequests(run, all, options, faultNear, add, label)
   checkBans(run, all, restarts, add, label)
   checkNodeIsolation(run, all, add, label)
+  checkDeploys(run, all, add, label)
   for (const route of ROUTES) {
     for (const user of run.schedule.users) {
       const stream = all.filter((o) => o.route === route && o.r.user === user)
@@ -99,6 +100,7 @@ function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultN
   if (s === undefined) outcome = c.error === 'ECONNREFUSED' ? 'never-arrived' : 'unknown'
   else if (s.status === 429) outcome = 'refused'
   else if (s.status === 403) outcome = 'banned'
+  else if (s.status === 503 && closingAt(run, s.inst, s.tEnd)) outcome = 'unknown' // answered by the plugin's (or Fastify's) close: possibly charged, given back at close
   else if (s.status === 503) outcome = 'degraded-closed'
   else if (s.tDec === undefined || (s.status === 500 && !r.throws)) outcome = 'unknown' // no decision seen, or the plugin failed it
   else outcome = s.degraded ? 'degraded-open' : 'admitted'
@@ -115,6 +117,11 @@ function observe (run: Run, c: ClientRecord, s: ServerRecord | undefined, faultN
   // What a loaded core adds after the response closed (a release, a give-back, a settle's charge wait for a turn).
   const after = s === undefined ? 0 : Math.max(s.lagMs, lagOf(s.inst, s.tEnd, s.tEnd + GIVE_BACK_MS))
   return { r, route, s, outcome, lo, hi, end: s?.tEnd, delta, after }
+}
+
+/** Whether `inst` was closing (a deploy: from app.close() until it returned, plus a turn) at `at`. */
+function closingAt (run: Run, inst: number, at: number): boolean {
+  return run.faults.some((f) => f.fault.kind === 'deploy' && f.fault.inst === inst && f.start <= at && at <= (f.closedAt ?? f.end) + 50)
 }
 
 type LagOf = (inst: number, from: number, to: number) => number
@@ -198,6 +205,38 @@ function checkNodeIsolation (run: Run, all: Obs[], add: Add, label: (o: Obs) => 
     const stuck = degraded.length >= 3 && degraded.length >= 0.1 * healthy.length
     for (const o of degraded) add('healthy-node-never-degrades', `${label(o)}: ${o.outcome} while master ${hungNode} hung; its key is on master ${nodeOf(o) ?? '?'} (${degraded.length} of ${healthy.length} decisions on healthy masters degraded)`, stuck ? 'state' : 'time')
   }
+}
+
+/**
+ * Deploys and bounds. A request held (delay) or waiting (wait) on an instance
+ * when its close began is answered by the close, never admitted after it; a
+ * cleanly closed instance leaves nothing in the fleet's queues (checked once
+ * the traffic is over, unless an instance was killed: its entries wait out
+ * their lease); and no instance ever holds and keeps waiting more than its
+ * maxDelayed, at any sampled instant.
+ */
+function checkDeploys (run: Run, all: Obs[], add: Add, label: (o: Obs) => string): void {
+  for (const deploy of run.faults.filter((f) => f.fault.kind === 'deploy' && f.closedAt !== undefined)) {
+    const inst = (deploy.fault as { inst: number }).inst
+    for (const o of all) {
+      if (o.r.inst !== inst || o.s?.tDec === undefined || o.s.status >= 300 || o.lo >= deploy.start) continue
+      if (o.route.delayMs === undefined && o.route.waitMs === undefined) continue
+      if (o.s.tDec > deploy.start + 2 * DEFAULTS.timeoutMs + o.s.lagMs + 50) add('held-answered-at-close', `${label(o)}: held or waiting when its instance began to close (+${deploy.start - run.start} ms), admitted ${o.s.tDec - deploy.start} ms after`)
+    }
+  }
+  if (run.queueEntries > 0 && !run.faults.some((f) => f.fault.kind === 'instance-kill')) add('queues-empty-after-traffic', `${run.queueEntries} entries left in the fleet's slot queues after the traffic, with no instance killed`)
+  const bound = run.schedule.maxDelayed
+  if (bound !== undefined) {
+    const over = run.servers.filter((s) => s.peakHeld > bound)
+    if (over.length > 0) add('bound-holds', `instance ${over[0]!.inst} held and kept waiting ${Math.max(...over.map((s) => s.peakHeld))} requests at once, maxDelayed ${bound}`)
+  }
+}
+
+/** A refusal on a delaying or waiting route of an instance whose maxDelayed was full (the burst): documented, not judged by the model. */
+function refusedAtBound (run: Run, o: Obs): boolean {
+  const burst = run.schedule.burst
+  return burst !== undefined && o.r.inst === burst.inst && (o.route.delayMs !== undefined || o.route.waitMs !== undefined) &&
+    o.lo >= run.start + burst.at - 50 && o.lo <= run.start + burst.at + 2500
 }
 
 type Add = (invariant: string, detail: string, kind?: 'state' | 'time') => void
@@ -293,6 +332,7 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)
       if (!modelAdmits(route, events, q.lo, q.r.cost, limit)) continue
+      if (refusedAtBound(run, q)) continue
       const denied = deniedLocally(q, stream)
       if (denied === true) continue
       add('refused-only-by-model', `${label(q)}: 429 (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) admits${denied === false ? '' : `; ${denied}`}`)

@@ -18,6 +18,8 @@ export interface FaultRecord {
   clearedAt?: number
   /** What did not go as planned (a fault that could not be applied). */
   note?: string
+  /** deploy: when app.close() returned (start is when it was called; end when the new process serves). */
+  closedAt?: number
   /** node-hang: the limiter's keys on each node as the hang began (which master holds which stream). */
   keys?: Array<{ node: number, key: string }>
 }
@@ -91,6 +93,11 @@ export async function applyFault (fleet: Fleet, fault: Fault, until: (offset: nu
     }
     case 'migrate':
       return done({ note: await migrate(fleet) })
+    case 'deploy': {
+      const closed = await fleet.deploy(fault.inst)
+      if (closed === undefined) return done({ note: 'instance down: not deployed' })
+      return { fault, start: closed.closeAt, closedAt: closed.closedAt, end: Date.now() }
+    }
     case 'instance-kill':
       fleet.kill(fault.inst)
       await fleet.start(fault.inst)

@@ -26,6 +26,8 @@ export interface ServerRecord {
   degraded: boolean
   retryAfterMs: number | undefined
   lagMs: number
+  /** The most requests the instance held and kept waiting at once so far (its maxDelayed bound). */
+  peakHeld: number
 }
 
 export interface Instance {
@@ -52,10 +54,19 @@ export interface Fleet {
   command: (inst: number, message: Record<string, unknown>) => Promise<{ ok: boolean, result: unknown, at: number }>
   kill: (inst: number) => void
   start: (inst: number) => Promise<void>
+  /** Closes an instance as a deploy does (app.close() while listening), then starts a new process; undefined when it was down. */
+  deploy: (inst: number) => Promise<{ closeAt: number, closedAt: number } | undefined>
+  /** Entries left in the fleet's slot queues (`…ccq` sorted sets) on every node. */
+  queueEntries: () => Promise<number>
   stop: () => Promise<void>
 }
 
-export async function startFleet (topology: 'standalone' | 'cluster', count: number): Promise<Fleet> {
+export interface FleetOptions {
+  wiring?: 'own' | 'fastify-redis'
+  maxDelayed?: number | undefined
+}
+
+export async function startFleet (topology: 'standalone' | 'cluster', count: number, options: FleetOptions = {}): Promise<Fleet> {
   const cluster = topology === 'cluster' ? await startCluster() : undefined
   const servers = cluster !== undefined ? cluster.nodes.map((node) => node.server) : [await startServer([], { label: 'chaos' })]
   const admins = new Map<number, Redis>()
@@ -79,7 +90,7 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
 
   const start = async (inst: number): Promise<void> => {
     const instance = instances[inst] as Instance
-    const config = { inst, port: instance.port, prefix, cluster: cluster !== undefined, nodes: servers.map((s) => ({ host: s.host, port: s.port })) }
+    const config = { inst, port: instance.port, prefix, cluster: cluster !== undefined, nodes: servers.map((s) => ({ host: s.host, port: s.port })), wiring: options.wiring, maxDelayed: options.maxDelayed }
     const child = spawnOwned(process.execPath, ['--import', 'tsx', INSTANCE, JSON.stringify(config)], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
     instance.child = child
     child.on('message', (message: { type: string, seq?: number, ok?: boolean, result?: unknown, at?: number, message?: string } & ServerRecord) => {
@@ -117,6 +128,31 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
     })
   }
 
+  const deploy = async (inst: number): Promise<{ closeAt: number, closedAt: number } | undefined> => {
+    const instance = instances[inst] as Instance
+    const child = instance.child
+    if (child === undefined) return undefined
+    const gone = new Promise((resolve) => child.once('exit', resolve))
+    const reply = await command(inst, { cmd: 'deploy' })
+    if (!reply.ok) return undefined
+    const closed = reply.result as { closeAt: number, closedAt: number }
+    await Promise.race([gone, new Promise((resolve) => setTimeout(resolve, 3000))])
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    instance.child = undefined
+    // Down from the close on (new connections get 503 or a refusal), until the new process serves.
+    instance.kills.push(closed.closeAt)
+    await start(inst)
+    return closed
+  }
+
+  const queueEntries = async (): Promise<number> => {
+    let total = 0
+    for (let node = 0; node < servers.length; node++) {
+      for (const key of await admin(node).keys(`${prefix}:*ccq`)) total += await admin(node).zcard(key)
+    }
+    return total
+  }
+
   const stop = async (): Promise<void> => {
     await Promise.all(instances.map(async (instance) => {
       const child = instance.child
@@ -141,5 +177,5 @@ export async function startFleet (topology: 'standalone' | 'cluster', count: num
     await stop()
     throw error
   }
-  return { topology, prefix, instances, servers, cluster, admin, records, unhandled, storeErrors, command, kill, start, stop }
+  return { topology, prefix, instances, servers, cluster, admin, records, unhandled, storeErrors, command, kill, start, deploy, queueEntries, stop }
 }

@@ -5,7 +5,10 @@
  * (the "throwing metrics exporter" fault), and a host clock the parent can
  * skew (Date.now is the host's clock to the plugin, runtime.ts).
  *
- * argv[2]: JSON { inst, port, prefix, nodes: [{ host, port }], cluster }.
+ * argv[2]: JSON { inst, port, prefix, nodes: [{ host, port }], cluster, wiring, maxDelayed }.
+ * `wiring` is one of the documented ones: the app's own client, closed with
+ * quit() in an onClose hook registered before the plugin ('own'), or
+ * @fastify/redis given that client, which quits it in its own onClose.
  * It reports to the parent over IPC: `ready`, one `record` per request when
  * its response closes (times from the unskewed clock), `unhandled` for an
  * unhandled rejection or uncaught exception, and replies to commands.
@@ -13,11 +16,12 @@
 import diagnostics from 'node:diagnostics_channel'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import Fastify from 'fastify'
+import fastifyRedis from '@fastify/redis'
 import { Cluster, Redis } from 'ioredis'
 import { RECOMMENDED_OPTIONS } from '../helpers/ioredis-clients.js'
 import { ROUTES, OVERRIDE } from './routes.js'
 
-interface Config { inst: number, port: number, prefix: string, nodes: Array<{ host: string, port: number }>, cluster: boolean }
+interface Config { inst: number, port: number, prefix: string, nodes: Array<{ host: string, port: number }>, cluster: boolean, wiring?: 'own' | 'fastify-redis', maxDelayed?: number }
 const config = JSON.parse(process.argv[2] as string) as Config
 const send = (message: unknown): void => { process.send?.(message) }
 
@@ -85,16 +89,35 @@ app.addHook('onRequest', (request, reply, done) => {
       finished: reply.raw.writableFinished,
       degraded: decision?.degraded === true,
       retryAfterMs: decision?.retryAfterMs,
-      lagMs: lagBetween(t0, realNow())
+      lagMs: lagBetween(t0, realNow()),
+      peakHeld
     })
   })
   done()
 })
-await app.register(rateLimit, { redis, prefix: config.prefix, user: (request) => request.headers['x-user'] as string | undefined })
+if (config.wiring === 'fastify-redis') await app.register(fastifyRedis, { client: redis, closeClient: true })
+// Registered before the plugin: Fastify runs onClose hooks last-registered first, so this quits after the plugin's own close.
+else app.addHook('onClose', async () => { await redis.quit() })
+await app.register(rateLimit, {
+  ...(config.wiring === 'fastify-redis' ? {} : { redis }),
+  prefix: config.prefix,
+  user: (request) => request.headers['x-user'] as string | undefined,
+  ...(config.maxDelayed !== undefined ? { maxDelayed: config.maxDelayed } : {})
+})
+const api = app.rateLimit
+
+// The largest number held and waiting at once (sampled every 10 ms and at each decision): the maxDelayed bound.
+let peakHeld = 0
+const samplePeak = (): void => {
+  const { held, waiting } = api.stats()
+  if (held + waiting > peakHeld) peakHeld = held + waiting
+}
+setInterval(samplePeak, 10).unref()
 
 // When the decision was known: preHandler for admitted requests, onSend for refusals.
 app.addHook('preHandler', (request, _reply, done) => {
   (request as unknown as { chaosDecided?: number }).chaosDecided = realNow()
+  samplePeak()
   done()
 })
 app.addHook('onSend', (request, _reply, payload, done) => {
@@ -140,8 +163,18 @@ type Command =
   | { seq: number, cmd: 'override', user: string }
   | { seq: number, cmd: 'clear', id: string }
   | { seq: number, cmd: 'close' }
+  | { seq: number, cmd: 'deploy' }
 
-const api = app.rateLimit
+/** Closes as a deploy does: app.close() while listening; the wiring closes the client after the plugin. */
+async function deploy (): Promise<{ closeAt: number, closedAt: number }> {
+  const closeAt = realNow()
+  await app.close()
+  const closedAt = realNow()
+  // The records of the last responses leave over IPC before the process does.
+  setTimeout(() => process.exit(0), 300)
+  return { closeAt, closedAt }
+}
+
 async function run (command: Command): Promise<unknown> {
   switch (command.cmd) {
     case 'stall': {
@@ -160,6 +193,7 @@ async function run (command: Command): Promise<unknown> {
       redis.disconnect()
       setImmediate(() => process.exit(0))
       return true
+    case 'deploy': return await deploy()
   }
 }
 process.on('message', (command: Command) => {

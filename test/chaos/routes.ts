@@ -44,11 +44,13 @@ export const ROUTES: readonly ChaosRoute[] = [
   { id: 'conc', url: '/conc', algorithm: 'concurrency', limit: 1, windowMs: 60_000, onRedisError: 'open', maxCost: 1, body: true },
   { id: 'ta', url: '/tenant', host: 'a.chaos', algorithm: 'fixed-window', limit: 20, windowMs: 1000, onRedisError: 'open', maxCost: 1 },
   { id: 'tb2', url: '/tenant', host: 'b.chaos', algorithm: 'fixed-window', limit: 3, windowMs: 1000, onRedisError: 'closed', maxCost: 1 },
-  { id: 'cw', url: '/cw', algorithm: 'concurrency', limit: 1, windowMs: 60_000, waitMs: 1000, onRedisError: 'closed', maxCost: 1 }
+  { id: 'cw', url: '/cw', algorithm: 'concurrency', limit: 1, windowMs: 60_000, waitMs: 1000, onRedisError: 'closed', maxCost: 1 },
+  // A burst past maxDelayed in one turn (schedules with a small maxDelayed only): fills the bound.
+  { id: 'gb', url: '/gb', algorithm: 'gcra', limit: 2, windowMs: 1000, delayMs: 800, onRedisError: 'open', maxCost: 1 }
 ]
 
-/** The routes random traffic and the tail probes draw from: those before `cw`, so older seeds keep their requests (cw gets a burst drawn last). */
-export const DRAWN_ROUTES: readonly ChaosRoute[] = ROUTES.filter((route) => route.id !== 'cw')
+/** The routes random traffic and the tail probes draw from: those before `cw`, so older seeds keep their requests (cw and gb get bursts drawn last). */
+export const DRAWN_ROUTES: readonly ChaosRoute[] = ROUTES.filter((route) => route.id !== 'cw' && route.id !== 'gb')
 
 export const routeById = new Map(ROUTES.map((route) => [route.id, route]))
 

@@ -35,6 +35,8 @@ export interface Run {
   down: Array<Array<[number, number]>>
   /** Fleet-level problems: a fault that threw, a process left behind. */
   errors: string[]
+  /** Entries left in the fleet's slot queues once the traffic is over. */
+  queueEntries: number
 }
 
 const sleepUntil = async (at: number): Promise<void> => {
@@ -78,7 +80,7 @@ async function fire (fleet: Fleet, agent: Agent, r: ChaosRequest): Promise<Clien
 }
 
 export async function runSchedule (schedule: Schedule): Promise<Run> {
-  const fleet = await startFleet(schedule.topology, schedule.instances)
+  const fleet = await startFleet(schedule.topology, schedule.instances, { wiring: schedule.wiring, maxDelayed: schedule.maxDelayed })
   const agent = new Agent({ connections: 64, pipelining: 0 })
   const errors: string[] = []
   let start = 0
@@ -103,7 +105,8 @@ export async function runSchedule (schedule: Schedule): Promise<Run> {
     // Records of responses that closed last.
     await new Promise((resolve) => setTimeout(resolve, 100))
     const down = fleet.instances.map((instance) => instance.kills.map((kill, i): [number, number] => [kill, instance.starts[i + 1] ?? Infinity]))
-    return { schedule, start, clients: clientRecords, servers: [...fleet.records], faults: faultRecords, unhandled: [...fleet.unhandled], storeErrors: [...fleet.storeErrors], down, errors }
+    const queueEntries = await fleet.queueEntries()
+    return { schedule, start, clients: clientRecords, servers: [...fleet.records], faults: faultRecords, unhandled: [...fleet.unhandled], storeErrors: [...fleet.storeErrors], down, errors, queueEntries }
   } finally {
     await agent.close().catch(() => {})
     const pids = [...fleet.instances.map((i) => i.child?.pid), ...fleet.servers.map((s) => s.pid)].filter((pid): pid is number => pid !== undefined && pid > 0)

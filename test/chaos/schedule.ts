@@ -36,6 +36,8 @@ export type Fault =
   | { kind: 'override', at: number, inst: number, user: string, clearAt?: number }
   | { kind: 'migrate', at: number }
   | { kind: 'metrics-throw', at: number, ms: number, inst: number }
+  /** A deploy of one instance: app.close() while it listens (held, waiting and settling requests in it), then a new process. */
+  | { kind: 'deploy', at: number, inst: number }
 
 export interface Schedule {
   seed: number
@@ -48,6 +50,12 @@ export interface Schedule {
   endMs: number
   requests: ChaosRequest[]
   faults: Fault[]
+  /** How each instance wires its client (docs: the app's own client, or @fastify/redis). */
+  wiring: 'own' | 'fastify-redis'
+  /** A small maxDelayed for every instance, and a burst past it in one turn; undefined: the default. */
+  maxDelayed?: number
+  /** When and where that burst is sent. */
+  burst?: { at: number, inst: number }
 }
 
 /** mulberry32: a small seeded PRNG, good enough to spread schedules. */
@@ -197,6 +205,36 @@ function addNodeHang (g: Gen): void {
   }
 }
 
+/** A deploy restarts its instance: about this long until the new process serves. */
+const DEPLOY_SPACING_MS = 1700
+
+/**
+ * Half the schedules deploy: every instance in turn is closed while it
+ * listens (app.close()) and started again, a rolling restart under traffic.
+ * Just before each close its instance holds delayed requests (gd past its
+ * limit), waiting ones (cw: a holder, two waiters there and one on another
+ * instance behind them in the fleet queue) and settles in flight (fw).
+ * No deploy near an instance's kill (one restart at a time).
+ */
+function addDeploys (g: Gen): void {
+  const { random, int, pick, request, users, instances, faults } = g
+  if (random() >= 0.5) return
+  const kills = faults.filter((f) => f.kind === 'instance-kill')
+  let at = int(300, 900)
+  for (let inst = 0; inst < instances && at < TRAFFIC_MS - 400; inst++, at += DEPLOY_SPACING_MS) {
+    if (kills.some((k) => k.inst === inst && Math.abs(k.at - at) < 3000)) continue
+    faults.push({ kind: 'deploy', at, inst })
+    const user = pick(users)
+    const other = (inst + 1) % instances
+    const quiet = { throws: false, abortMs: undefined }
+    for (let i = 0; i < 6; i++) request(at - 40 + i, 'gd', user, inst, { ...quiet, sleepMs: 0 })
+    request(at - 150, 'cw', user, inst, { ...quiet, sleepMs: 400 })
+    for (let i = 0; i < 2; i++) request(at - 100 + i, 'cw', user, inst, { ...quiet, sleepMs: 50 })
+    if (other !== inst) request(at - 80, 'cw', user, other, { ...quiet, sleepMs: 50 })
+    for (let i = 0; i < 2; i++) request(at - 50 + i, 'fw', user, inst, { ...quiet, sleepMs: 200 })
+  }
+}
+
 export function generate (seed: number): Schedule {
   const random = rng(seed)
   const int = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo + 1))
@@ -252,10 +290,22 @@ export function generate (seed: number): Schedule {
   const queueUser = pick(users)
   for (let i = 0; i < 4; i++) request(queueAt + i * 5, 'cw', queueUser, undefined, { sleepMs: int(100, 400) })
   if (topology === 'cluster') addNodeHang(g)
+  // Drawn after everything above, so older seeds keep their schedules (these add to them).
+  addDeploys(g)
+  const wiring = random() < 0.5 ? 'own' : 'fastify-redis'
+  let maxDelayed: number | undefined
+  let burst: Schedule['burst']
+  if (random() < 0.5) {
+    maxDelayed = int(2, 4)
+    burst = { at: int(300, TRAFFIC_MS - 1500), inst: int(0, instances - 1) }
+    // One turn far past the bound (as close to one as a client can send them): held and waiting never exceed it.
+    for (let i = 0; i < 24; i++) request(burst.at, 'gb', pick(users), burst.inst, { throws: false, abortMs: undefined, sleepMs: 0 })
+    for (let i = 0; i < 8; i++) request(burst.at + 1, 'cw', pick(users), burst.inst, { throws: false, abortMs: undefined, sleepMs: int(100, 300) })
+  }
   requests.sort((a, b) => a.at - b.at || a.id - b.id)
   requests.forEach((r, i) => { r.id = i })
   faults.sort((a, b) => a.at - b.at)
-  return { seed, topology, instances, users, trafficMs: TRAFFIC_MS, endMs: TRAFFIC_MS + TAIL_MS, requests, faults }
+  return { seed, topology, instances, users, trafficMs: TRAFFIC_MS, endMs: TRAFFIC_MS + TAIL_MS, requests, faults, wiring, maxDelayed, burst }
 }
 
 /** One line per fault, for reports. */

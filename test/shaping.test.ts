@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks'
 import { Pool, request } from 'undici'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { buildApp, largestWhile, TestClock } from './helpers/app.js'
+import { buildApp, largestWhile, setupStoreApp, TestClock } from './helpers/app.js'
 import { readState } from './helpers/redis.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { listeningFleet } from './helpers/fleet.js'
@@ -231,6 +231,32 @@ test('maxDelayed counts decisions in flight on the memory store too', async (t) 
   checkBurst(t, app, await burstAtBound(app, send), true)
 })
 
+test('peek() on a delaying block counts the turns reserved: nothing left now, and its retry is when consume() would be admitted', async (t) => {
+  for (const store of ['redis', 'memory'] as const) {
+    for (const algorithm of ['gcra', 'token-bucket'] as const) {
+      const { app } = await setupStoreApp(t, store, 'peekturn', { timeout: 5000, user: (req) => req.headers['x-user'] as string | undefined })
+      app.get('/p', { config: { rateLimit: { algorithm, limit: 1, window: '10s', delay: '60s', by: 'user' } } }, async () => 'ok')
+      app.get('/q', { config: { rateLimit: { algorithm, limit: 3, window: '3s', delay: '10s', by: 'user' } } }, async () => 'ok')
+      await app.ready()
+      const at = `${store}, ${algorithm}`
+      t.equal((await app.inject({ url: '/p', headers: USER })).statusCode, 200, `${at}: the one unit`)
+      // Held until the app closes below (503).
+      const held = Array.from({ length: 3 }, async () => await app.inject({ url: '/p', headers: USER }))
+      await waitUntil(() => app.rateLimit.stats().held === 3)
+      const peeked = await app.rateLimit.peek('GET /p', { user: USER['x-user'] })
+      const consumed = await app.rateLimit.consume('GET /p', { user: USER['x-user'] })
+      t.match(peeked, { allowed: true, outcome: 'delayed', delayMs: 40_000, remaining: 0, retryAfterMs: 40_000 }, `${at}: three turns reserved (10, 20, 30 s): a request would be held 40 s, nothing is left now`)
+      t.match(peeked.policies, [{ remaining: 0, retryAfterMs: 40_000 }], `${at}: its block says the same`)
+      t.match(consumed, { allowed: false, remaining: 0, retryAfterMs: 40_000 }, `${at}: consume() agrees`)
+      // One unit of three left now, a cost of 2 would wait one interval (1 s): the unit is still there.
+      await app.rateLimit.consume('GET /q', { user: 'two' }, 2)
+      t.match(await app.rateLimit.peek('GET /q', { user: 'two' }, 2), { allowed: true, delayMs: 1000, remaining: 1, retryAfterMs: 1000 }, `${at}: a cost above what is free: remaining is what is free`)
+      await app.close()
+      t.same((await Promise.all(held)).map((r) => r.statusCode), [503, 503, 503], `${at}: the held ones answered at close`)
+    }
+  }
+})
+
 test('close() answers held requests with 503 and Retry-After instead of leaving them hanging', async (t) => {
   // One emission interval is 1 s: after the burst, turns 1 s … 30 s ahead.
   const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '10s', delay: '30s' })
@@ -367,11 +393,13 @@ test('crossings: refundOn on a delaying gcra block gives back only the latest tu
 
   // The store fails (a client on a closed port, onRedisError 'open'): admitted degraded at once, nothing held.
   const dead = createClient({ url: 'redis://127.0.0.1:1', host: '127.0.0.1', port: 1, stop: async () => {} }, { enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => null })
-  const degraded = await buildApp({ redis: dead, prefix, clock: clock.read })
+  const degraded = await buildApp({ redis: dead, prefix, clock: clock.read, maxDelayed: 2 })
   degraded.get('/d', { config: { rateLimit: { algorithm: 'gcra', limit: 1, window: '1s', delay: '1s' } } }, async (req) => ({ delayMs: req.rateLimit?.delayMs, degraded: req.rateLimit?.degraded }))
   t.teardown(async () => { await degraded.close(); dead.disconnect() })
   await degraded.ready()
-  const answers = await Promise.all(Array.from({ length: 3 }, async () => (await degraded.inject('/d')).json()))
+  const answers = []
+  for (let i = 0; i < 3; i++) answers.push((await degraded.inject('/d')).json())
   t.same(answers, [{ delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }], 'onRedisError decided: no turn, no hold')
   t.equal(degraded.rateLimit.stats().held, 0)
+  t.equal(degraded.rateLimit.stats().undelayed, 0, 'each failed decision gave its place under maxDelayed (2) back: the third still had one')
 })

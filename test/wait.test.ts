@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks'
 import { Pool, request } from 'undici'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { buildApp, largestWhile } from './helpers/app.js'
+import { buildApp, largestWhile, TestClock } from './helpers/app.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { listeningFleet } from './helpers/fleet.js'
 import { startServer, waitFor } from './helpers/topologies.js'
@@ -374,6 +374,45 @@ test('maxDelayed counts decisions in flight: 40 requests at once on a busy slot 
   t.comment('the memory store')
   const memory = await build({ store: 'memory' })
   await waitBurst(t, memory, async () => (await memory.inject({ url: '/slot', headers: { 'x-user': 'memory' } })).statusCode, async () => memory.rateLimit.stats().waiting)
+})
+
+test('a waiter whose slot comes with a turn to hold carries its place under maxDelayed from the queue to the hold, and gives it back after', async (t) => {
+  const server = await getRedis()
+  const prefix = uniquePrefix('wturn')
+  const redis = createClient(server)
+  const clock = new TestClock()
+  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, user: () => 'one', maxDelayed: 1 })
+  cleanUpPrefix(t, redis, prefix, async () => { await app.close() })
+  const gates: Array<() => void> = []
+  app.get('/both', {
+    config: { rateLimit: [{ concurrency: 1, wait: '5s', by: 'user' }, { algorithm: 'gcra', limit: 1, window: '1s', delay: '3s', by: 'user' }] }
+  }, async (req) => {
+    await new Promise<void>((resolve) => { gates.push(resolve) })
+    return { delayMs: req.rateLimit?.delayMs }
+  })
+  await app.ready()
+  const a = app.inject({ url: '/both' })
+  await waitFor('a runs', () => gates.length === 1)
+  const b = app.inject({ url: '/both' })
+  await waitFor('b waits', () => app.rateLimit.stats().waiting === 1)
+  // The slot comes with b's gcra turn 1 s ahead (the clock is frozen): b leaves the queue to be held.
+  const stats = (): number => app.rateLimit.stats().held + app.rateLimit.stats().waiting
+  const { largest } = await largestWhile((async () => {
+    gates.shift()?.()
+    await a
+    await waitFor('b runs', () => gates.length === 1)
+  })(), stats)
+  t.ok(largest <= 1, `held + waiting never above maxDelayed 1 (largest ${largest})`)
+  t.equal(app.rateLimit.stats().delayed, 1, 'b was admitted after its wait and its turn')
+  gates.shift()?.()
+  t.ok((await b).json<{ delayMs: number }>().delayMs >= 1000, 'b waited for the slot and was held for its turn')
+  t.equal(stats(), 0, 'nothing held or waiting')
+  // The place came back: the next request may still be held (a turn 2 s ahead), not decided undelayed.
+  const c = app.inject({ url: '/both' })
+  await waitFor('c runs', () => gates.length === 1)
+  gates.shift()?.()
+  t.equal((await c).json<{ delayMs: number }>().delayMs, 2000, 'held for its turn')
+  t.equal(app.rateLimit.stats().undelayed, 0, 'no decision went without a place')
 })
 
 test('wait at startup: a clear error for each wrong use', async (t) => {

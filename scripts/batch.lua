@@ -45,7 +45,8 @@
 -- values, or its error text alone (the one string). A decision or peek answers per block `remaining * 4 + allowed`
 -- (allowed 0, 1, or 2 for a penalty), resetMs, then retryAfterMs unless
 -- allowed is 1 (it is 0 then), then nextMs; a reserved turn (a delay's
--- allowed 4, remaining 0) answers `-wait`, resetMs, nextMs: three integers for an admitted
+-- allowed 4) answers `-wait`, resetMs, nextMs, or with units free before it (a cost
+-- above them) `-wait`, -1 - resetMs, nextMs, those units: three integers for an admitted
 -- block, four otherwise (each integer of a reply costs Redis a few hundred
 -- instructions and ioredis 0.1-0.3 µs). An admitted block whose resetMs and
 -- nextMs are both below REPLY_PACK (reply.lua) answers two: `remaining * 4 + 3`,

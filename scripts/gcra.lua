@@ -18,8 +18,9 @@
 -- gives back only when chargedAt is the TAT its charge left, rounded up: it was the latest.
 -- State: tatMs, frac packed as '<dd' (prelude.lua), the theoretical arrival time tatMs + frac / limit ms
 -- (0 <= frac < limit). A TAT in the past is the same as no state.
--- Returns allowed (0, 1, or 4 for a reserved turn), remaining, resetMs, retryAfterMs (the wait of a reserved
--- turn), nextMs (ms until remaining grows by one unit; 0 = full).
+-- Returns allowed (0, 1, or 4 for a reserved turn), remaining (a reserved turn's: the whole units
+-- available now, before it, which a peek reports; after it none are), resetMs, retryAfterMs (the wait of a
+-- reserved turn), nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
 -- whole units left under the tolerance: 0 while the debt is beyond it (an overdraft)
 local function left (debt, cap, w)
@@ -55,12 +56,13 @@ local function adjust (key, d, top, limit, w, cost, now, mode, chargedAt, reach)
   return 1
 end
 
--- A reserved turn for the debt nd beyond the tolerance: nothing is left until (nd - cap) / limit ms from now.
-local function reserve (key, nd, cap, limit, w, now, mode)
+-- A reserved turn for the debt nd beyond the tolerance: nothing is left until (nd - cap) / limit ms from now;
+-- `free`: the whole units available now, before it (fewer than its cost).
+local function reserve (key, nd, cap, limit, w, now, mode, free)
   local whole = floor(nd / limit)
   local reset = ceil(nd / limit)
   if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', reset)) end
-  return 4, 0, reset, ceil((nd - cap) / limit), nextMs(nd, cap, limit, w)
+  return 4, free, reset, ceil((nd - cap) / limit), nextMs(nd, cap, limit, w)
 end
 
 return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
@@ -93,7 +95,7 @@ return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
   end
   local nd = d + cost * w
   if nd > cap then
-    if nd <= cap + dl and hold then return reserve(key, nd, cap, limit, w, now, mode) end
+    if nd <= cap + dl and hold then return reserve(key, nd, cap, limit, w, now, mode, left(d, cap, w)) end
     -- refused: its retry is when it would be held for the whole reach (or, holding none, admitted now)
     if not hold then dl = 0 end
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap - dl) / limit), nextMs(d, cap, limit, w)

@@ -23,10 +23,15 @@ local out = {}
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an
 -- admitted block within REPLY_PACK, remaining * 4 + 3 and the packed pair, or for a
--- reserved turn (allowed 4, remaining 0, retry its wait, at least 1 ms) -wait, resetMs,
--- nextMs; the new o.
+-- reserved turn (allowed 4, retry its wait, at least 1 ms; remaining the units free
+-- before it) -wait, resetMs, nextMs when none are free, else -wait, -1 - resetMs,
+-- nextMs, remaining (a reserved turn's resetMs is never negative); the new o.
 local function emit (o, a, r, reset, retry, nextMs)
   if a == 4 then
+    if r > 0 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = -retry, -1 - reset, nextMs, r
+      return o + 4
+    end
     out[o + 1], out[o + 2], out[o + 3] = -retry, reset, nextMs
     return o + 3
   end

@@ -16,7 +16,9 @@
 -- overdraft (mode 3) then reaches -(capacity + limit * reach).
 -- State: scaledTokens, ts (tokens as of ms ts) packed as '<dd' (prelude.lua). A full bucket is not stored:
 -- the TTL is the time until the bucket is full again, so absent == full == stale.
--- Returns allowed (0, 1, or 4 for a reserved turn), remaining, resetMs, retryAfterMs, nextMs (ms until remaining grows by one unit; 0 = full).
+-- Returns allowed (0, 1, or 4 for a reserved turn), remaining (a reserved turn's: the whole tokens
+-- available now, before it, which a peek reports; after it none are), resetMs, retryAfterMs (the wait of a
+-- reserved turn), nextMs (ms until remaining grows by one unit; 0 = full).
 -- Calls: GET (+ SET PX when admitted).
 
 -- ms until the bucket is full again (t tokens, counted `lag` ms from now); 0 = full
@@ -55,11 +57,12 @@ local function adjust (key, tokens, base, cap, floorAt, limit, lag, w, cost, mod
   return 1
 end
 
--- A reserved turn at the level `left` below empty: nothing is left until it is back at zero.
-local function reserve (key, left, base, cap, limit, w, lag, mode)
+-- A reserved turn at the level `left` below empty: nothing is left until it is back at zero;
+-- `free`: the whole tokens available now, before it (fewer than its cost).
+local function reserve (key, left, base, cap, limit, w, lag, mode, free)
   local reset = resetMs(left, cap, limit, lag)
   if mode == 0 then call('SET', key, packNumbers('<dd', left, base), 'PX', format('%d', reset)) end
-  return 4, 0, reset, lag + ceil(-left / limit), nextMs(left, cap, limit, w, lag)
+  return 4, free, reset, lag + ceil(-left / limit), nextMs(left, cap, limit, w, lag)
 end
 
 return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
@@ -99,7 +102,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
   local need = cost * w
   if tokens < need then
     local left = tokens - need
-    if left >= -dl and hold then return reserve(key, left, base, cap, limit, w, lag, mode) end
+    if left >= -dl and hold then return reserve(key, left, base, cap, limit, w, lag, mode, whole(tokens, w)) end
     -- refused: its retry is when it would be held for the whole reach (or, holding none, served now)
     if not hold then dl = 0 end
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((-left - dl) / limit), nextMs(tokens, cap, limit, w, lag)

@@ -1,9 +1,10 @@
 import { test, type Test } from 'tap'
 import { performance } from 'node:perf_hooks'
-import { request } from 'undici'
+import { Pool, request } from 'undici'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { buildApp, TestClock } from './helpers/app.js'
+import { buildApp, largestWhile, setupStoreApp, TestClock } from './helpers/app.js'
+import { readState } from './helpers/redis.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { listeningFleet } from './helpers/fleet.js'
 
@@ -164,6 +165,98 @@ test('maxDelayed: past it this instance decides without delay, reserves no turn,
   t.equal((await shaped(base)).delayMs, 300, 'the refusals reserved nothing: the next turn follows the two held')
 })
 
+/**
+ * A burst of 60 on gcra 10/s with a 30 s delay and maxDelayed 5, the burst of 10 taken first: the
+ * held count read at every event-loop turn while it is decided. Each answer: its status and delay.
+ */
+async function burstAtBound (app: FastifyInstance, send: () => Promise<{ status: number, delayMs: number }>): Promise<{ answers: Array<{ status: number, delayMs: number }>, largest: number, reads: number }> {
+  for (let i = 0; i < 10; i++) t0(await send())
+  const { result, largest, reads } = await largestWhile(Promise.all(Array.from({ length: 60 }, send)), () => app.rateLimit.stats().held)
+  return { answers: result, largest, reads }
+}
+
+/** What a burst at the bound must show, whichever way it came in: never more held than the bound, the rest decided undelayed and refused at once. */
+function checkBurst (t: Test, app: FastifyInstance, { answers, largest, reads }: Awaited<ReturnType<typeof burstAtBound>>, exact: boolean): void {
+  const held = answers.filter((a) => a.status === 200)
+  const refused = answers.filter((a) => a.status === 429)
+  t.ok(largest <= 5, `held never above maxDelayed 5 (largest ${largest} over ${reads} event-loop turns)`)
+  t.ok(largest >= 1, 'and requests were held')
+  t.equal(held.length + refused.length, 60, 'each answered 200 at its turn or 429')
+  t.ok(held.every((a) => a.delayMs > 0), 'nothing fitted now: every admitted one was held for a turn')
+  t.equal(app.rateLimit.stats().undelayed, refused.length, 'every refusal was decided without delay (undelayed), none for a turn past the 30 s delay')
+  if (exact) t.same(held.map((a) => a.delayMs).sort((a, b) => a - b), [100, 200, 300, 400, 500], 'in one event-loop turn: the first 5 took the places, the other 55 were decided undelayed')
+  t.equal(app.rateLimit.stats().held, 0, 'held returns to zero')
+}
+
+test('maxDelayed counts decisions in flight: 60 requests at once (inject, HTTP) never hold more than 5; the others are decided undelayed and reserve nothing in Redis', async (t) => {
+  for (const transport of ['inject', 'http'] as const) {
+    const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '1s', delay: '30s' }, { maxDelayed: 5 })
+    const app = f.apps[0] as FastifyInstance
+    // Over HTTP the 60 go out on 60 open connections, so they arrive together (a 404 opened each).
+    const pool = new Pool(f.bases[0] as string, { connections: 60 })
+    t.teardown(async () => { await pool.close() })
+    if (transport === 'http') await Promise.all(Array.from({ length: 60 }, async () => await (await pool.request({ path: '/warm', method: 'GET' })).body.dump()))
+    const send = async (): Promise<{ status: number, delayMs: number }> => {
+      if (transport === 'http') {
+        const res = await pool.request({ path: '/shaped', method: 'GET', headers: USER })
+        const body = await res.body.text()
+        return { status: res.statusCode, delayMs: res.statusCode === 200 ? (JSON.parse(body) as { delayMs: number }).delayMs : -1 }
+      }
+      const res = await app.inject({ url: '/shaped', headers: USER })
+      return { status: res.statusCode, delayMs: res.statusCode === 200 ? res.json<{ delayMs: number }>().delayMs : -1 }
+    }
+    const burst = burstAtBound(app, send)
+    // Read Redis as soon as the 60 are decided (its key expires by the real clock): one turn reserved per held request.
+    await waitUntil(() => app.rateLimit.stats().delayed + app.rateLimit.stats().limited >= 60)
+    const keys = await f.inspector.keys(`${f.prefix}*`)
+    const states = (await Promise.all(keys.map(async (key) => await readState(f.inspector, key)))).filter((state) => state?.length === 2)
+    const result = await burst
+    t.comment(`${transport}: ${result.answers.filter((a) => a.status === 200).length} held, ${app.rateLimit.stats().undelayed} undelayed`)
+    checkBurst(t, app, result, true)
+    const [tatMs] = states[0] ?? []
+    t.equal(states.length, 1, `${transport}: one gcra state`)
+    t.equal((tatMs ?? 0) - f.clock.now, 1000 + 100 * app.rateLimit.stats().delayed, `${transport}: Redis reserved the burst (1000 ms) plus one 100 ms turn per held request, nothing for the undelayed`)
+  }
+})
+
+test('maxDelayed counts decisions in flight on the memory store too', async (t) => {
+  const clock = new TestClock()
+  const app = await buildApp({ store: 'memory', clock: clock.read, maxDelayed: 5 })
+  t.teardown(async () => { await app.close() })
+  app.get('/m', { config: { rateLimit: { algorithm: 'gcra', limit: 10, window: '1s', delay: '30s' } } }, async (req) => ({ delayMs: req.rateLimit?.delayMs }))
+  const send = async (): Promise<{ status: number, delayMs: number }> => {
+    const res = await app.inject('/m')
+    return { status: res.statusCode, delayMs: res.statusCode === 200 ? res.json<{ delayMs: number }>().delayMs : -1 }
+  }
+  checkBurst(t, app, await burstAtBound(app, send), true)
+})
+
+test('peek() on a delaying block counts the turns reserved: nothing left now, and its retry is when consume() would be admitted', async (t) => {
+  for (const store of ['redis', 'memory'] as const) {
+    for (const algorithm of ['gcra', 'token-bucket'] as const) {
+      const { app } = await setupStoreApp(t, store, 'peekturn', { timeout: 5000, user: (req) => req.headers['x-user'] as string | undefined })
+      app.get('/p', { config: { rateLimit: { algorithm, limit: 1, window: '10s', delay: '60s', by: 'user' } } }, async () => 'ok')
+      app.get('/q', { config: { rateLimit: { algorithm, limit: 3, window: '3s', delay: '10s', by: 'user' } } }, async () => 'ok')
+      await app.ready()
+      const at = `${store}, ${algorithm}`
+      t.equal((await app.inject({ url: '/p', headers: USER })).statusCode, 200, `${at}: the one unit`)
+      // Held until the app closes below (503).
+      const held = Array.from({ length: 3 }, async () => await app.inject({ url: '/p', headers: USER }))
+      await waitUntil(() => app.rateLimit.stats().held === 3)
+      const peeked = await app.rateLimit.peek('GET /p', { user: USER['x-user'] })
+      const consumed = await app.rateLimit.consume('GET /p', { user: USER['x-user'] })
+      t.match(peeked, { allowed: true, outcome: 'delayed', delayMs: 40_000, remaining: 0, retryAfterMs: 40_000 }, `${at}: three turns reserved (10, 20, 30 s): a request would be held 40 s, nothing is left now`)
+      t.match(peeked.policies, [{ remaining: 0, retryAfterMs: 40_000 }], `${at}: its block says the same`)
+      t.match(consumed, { allowed: false, remaining: 0, retryAfterMs: 40_000 }, `${at}: consume() agrees`)
+      // One unit of three left now, a cost of 2 would wait one interval (1 s): the unit is still there.
+      await app.rateLimit.consume('GET /q', { user: 'two' }, 2)
+      t.match(await app.rateLimit.peek('GET /q', { user: 'two' }, 2), { allowed: true, delayMs: 1000, remaining: 1, retryAfterMs: 1000 }, `${at}: a cost above what is free: remaining is what is free`)
+      await app.close()
+      t.same((await Promise.all(held)).map((r) => r.statusCode), [503, 503, 503], `${at}: the held ones answered at close`)
+    }
+  }
+})
+
 test('close() answers held requests with 503 and Retry-After instead of leaving them hanging', async (t) => {
   // One emission interval is 1 s: after the burst, turns 1 s … 30 s ahead.
   const f = await fleet(t, 1, { algorithm: 'gcra', limit: 10, window: '10s', delay: '30s' })
@@ -300,11 +393,13 @@ test('crossings: refundOn on a delaying gcra block gives back only the latest tu
 
   // The store fails (a client on a closed port, onRedisError 'open'): admitted degraded at once, nothing held.
   const dead = createClient({ url: 'redis://127.0.0.1:1', host: '127.0.0.1', port: 1, stop: async () => {} }, { enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => null })
-  const degraded = await buildApp({ redis: dead, prefix, clock: clock.read })
+  const degraded = await buildApp({ redis: dead, prefix, clock: clock.read, maxDelayed: 2 })
   degraded.get('/d', { config: { rateLimit: { algorithm: 'gcra', limit: 1, window: '1s', delay: '1s' } } }, async (req) => ({ delayMs: req.rateLimit?.delayMs, degraded: req.rateLimit?.degraded }))
   t.teardown(async () => { await degraded.close(); dead.disconnect() })
   await degraded.ready()
-  const answers = await Promise.all(Array.from({ length: 3 }, async () => (await degraded.inject('/d')).json()))
+  const answers = []
+  for (let i = 0; i < 3; i++) answers.push((await degraded.inject('/d')).json())
   t.same(answers, [{ delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }, { delayMs: 0, degraded: true }], 'onRedisError decided: no turn, no hold')
   t.equal(degraded.rateLimit.stats().held, 0)
+  t.equal(degraded.rateLimit.stats().undelayed, 0, 'each failed decision gave its place under maxDelayed (2) back: the third still had one')
 })

@@ -1,9 +1,9 @@
 import { test, type Test } from 'tap'
 import { performance } from 'node:perf_hooks'
-import { request } from 'undici'
+import { Pool, request } from 'undici'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
-import { buildApp } from './helpers/app.js'
+import { buildApp, largestWhile, TestClock } from './helpers/app.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
 import { listeningFleet } from './helpers/fleet.js'
 import { startServer, waitFor } from './helpers/topologies.js'
@@ -303,6 +303,116 @@ test('wait with the route’s other blocks: nothing is charged while a request w
   t.equal((await e).statusCode, 200, 'the running request finishes')
   await closing
   app = undefined
+})
+
+/**
+ * 40 requests at once on concurrency 1, wait 5s, maxDelayed 5 (each handler takes 100 ms): the waiting
+ * count read at every event-loop turn, and the queue's entries in Redis (`queue`) read back to back,
+ * while the burst is decided and served.
+ */
+async function waitBurst (t: Test, app: FastifyInstance, send: () => Promise<number>, queue: () => Promise<number>): Promise<void> {
+  const undelayed = app.rateLimit.stats().undelayed
+  const run = { done: false }
+  let queuedMost = 0
+  const reading = (async () => {
+    while (!run.done) {
+      queuedMost = Math.max(queuedMost, await queue())
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  })()
+  const { result, largest, reads } = await largestWhile(Promise.all(Array.from({ length: 40 }, send)), () => app.rateLimit.stats().waiting)
+  run.done = true
+  await reading
+  const admitted = result.filter((status) => status === 200).length
+  const refused = result.filter((status) => status === 429).length
+  t.ok(largest <= 5, `waiting never above maxDelayed 5 (largest ${largest} over ${reads} event-loop turns)`)
+  t.ok(queuedMost <= 5, `the slot's queue in the store never above 5 entries (largest ${queuedMost})`)
+  t.equal(admitted + refused, 40, 'each admitted or refused 429')
+  t.ok(admitted >= 2 && admitted <= 6, `the first and those that waited were admitted (${admitted})`)
+  t.equal(app.rateLimit.stats().undelayed - undelayed, refused, 'every refusal was decided without wait (undelayed): it joined no queue')
+  t.equal(await queue(), 0, 'the queue is empty once the burst is served')
+  t.equal(app.rateLimit.stats().waiting, 0)
+}
+
+test('maxDelayed counts decisions in flight: 40 requests at once on a busy slot (inject, HTTP, the memory store) never leave more than 5 waiting or 5 in the queue', async (t) => {
+  const server = await getRedis()
+  const prefix = uniquePrefix('wburst')
+  const redis = createClient(server)
+  const apps: FastifyInstance[] = []
+  const pools: Pool[] = []
+  cleanUpPrefix(t, redis, prefix, async () => {
+    for (const pool of pools) await pool.close()
+    for (const app of apps) await app.close()
+  })
+  const build = async (options: Record<string, unknown>): Promise<FastifyInstance> => {
+    const app = await buildApp({ user: (req) => req.headers['x-user'] as string | undefined, maxDelayed: 5, ...options })
+    apps.push(app)
+    app.get('/slot', { config: { rateLimit: { concurrency: 1, wait: '5s', by: 'user' } } }, async () => {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      return { ok: true }
+    })
+    return app
+  }
+  const app = await build({ redis, prefix })
+  const base = await app.listen({ port: 0, host: '127.0.0.1' })
+  // Over HTTP the 40 go out on 40 open connections, so they arrive together (a 404 opened each).
+  const pool = new Pool(base, { connections: 40 })
+  pools.push(pool)
+  await Promise.all(Array.from({ length: 40 }, async () => await (await pool.request({ path: '/warm', method: 'GET' })).body.dump()))
+  const inRedis = async (): Promise<number> => {
+    const keys = await redis.keys(`${prefix}*ccq`)
+    return keys.length === 0 ? 0 : (await Promise.all(keys.map(async (key) => await redis.zcard(key)))).reduce((a, b) => a + b, 0)
+  }
+  t.comment('inject')
+  await waitBurst(t, app, async () => (await app.inject({ url: '/slot', headers: { 'x-user': 'inject' } })).statusCode, inRedis)
+  t.comment('HTTP')
+  await waitBurst(t, app, async () => {
+    const res = await pool.request({ path: '/slot', method: 'GET', headers: { 'x-user': 'http' } })
+    await res.body.dump()
+    return res.statusCode
+  }, inRedis)
+  t.comment('the memory store')
+  const memory = await build({ store: 'memory' })
+  await waitBurst(t, memory, async () => (await memory.inject({ url: '/slot', headers: { 'x-user': 'memory' } })).statusCode, async () => memory.rateLimit.stats().waiting)
+})
+
+test('a waiter whose slot comes with a turn to hold carries its place under maxDelayed from the queue to the hold, and gives it back after', async (t) => {
+  const server = await getRedis()
+  const prefix = uniquePrefix('wturn')
+  const redis = createClient(server)
+  const clock = new TestClock()
+  const app = await buildApp({ redis, prefix, clock: clock.read, timeout: 5000, user: () => 'one', maxDelayed: 1 })
+  cleanUpPrefix(t, redis, prefix, async () => { await app.close() })
+  const gates: Array<() => void> = []
+  app.get('/both', {
+    config: { rateLimit: [{ concurrency: 1, wait: '5s', by: 'user' }, { algorithm: 'gcra', limit: 1, window: '1s', delay: '3s', by: 'user' }] }
+  }, async (req) => {
+    await new Promise<void>((resolve) => { gates.push(resolve) })
+    return { delayMs: req.rateLimit?.delayMs }
+  })
+  await app.ready()
+  const a = app.inject({ url: '/both' })
+  await waitFor('a runs', () => gates.length === 1)
+  const b = app.inject({ url: '/both' })
+  await waitFor('b waits', () => app.rateLimit.stats().waiting === 1)
+  // The slot comes with b's gcra turn 1 s ahead (the clock is frozen): b leaves the queue to be held.
+  const stats = (): number => app.rateLimit.stats().held + app.rateLimit.stats().waiting
+  const { largest } = await largestWhile((async () => {
+    gates.shift()?.()
+    await a
+    await waitFor('b runs', () => gates.length === 1)
+  })(), stats)
+  t.ok(largest <= 1, `held + waiting never above maxDelayed 1 (largest ${largest})`)
+  t.equal(app.rateLimit.stats().delayed, 1, 'b was admitted after its wait and its turn')
+  gates.shift()?.()
+  t.ok((await b).json<{ delayMs: number }>().delayMs >= 1000, 'b waited for the slot and was held for its turn')
+  t.equal(stats(), 0, 'nothing held or waiting')
+  // The place came back: the next request may still be held (a turn 2 s ahead), not decided undelayed.
+  const c = app.inject({ url: '/both' })
+  await waitFor('c runs', () => gates.length === 1)
+  gates.shift()?.()
+  t.equal((await c).json<{ delayMs: number }>().delayMs, 2000, 'held for its turn')
+  t.equal(app.rateLimit.stats().undelayed, 0, 'no decision went without a place')
 })
 
 test('wait at startup: a clear error for each wrong use', async (t) => {

@@ -193,6 +193,8 @@ async function acquireSlot (
     if (result === 'left' || result === 'closed') throw Object.assign(new FST_RRL_LIMITER_UNAVAILABLE(1), { rateLimit: evaluation.decision, retryAfter: 1 })
     evaluation = result
   }
+  // acquire() holds no turn: a place its decision carried is returned (waitForSlot took over a queued one's).
+  evaluation.place?.release()
   const held = holdSlots(runtime, evaluation.input, evaluation, log)
   return { ...evaluation.decision, release: () => { held?.release() } }
 }

@@ -47,6 +47,7 @@ export function atTurn (evaluation: Evaluation, runtime: Runtime, parts: { log: 
   if (decision.delayMs === 0) return Promise.resolve(decision)
   const { log, route, signal } = parts
   if (signal?.aborted === true) {
+    evaluation.place?.release()
     giveBack(evaluation, runtime, log, route)
     return Promise.reject(signal.reason)
   }
@@ -65,7 +66,7 @@ export function atTurn (evaluation: Evaluation, runtime: Runtime, parts: { log: 
       giveBack(evaluation, runtime, log, route)
       const retryAfter = retryAfterSeconds(Math.max(1, turnAt - performance.now()))
       reject(Object.assign(new FST_RRL_LIMITER_UNAVAILABLE(retryAfter), { rateLimit: decision, retryAfter }))
-    })
+    }, evaluation.place)
     signal?.addEventListener('abort', aborted, { once: true })
   })
 }
@@ -73,5 +74,13 @@ export function atTurn (evaluation: Evaluation, runtime: Runtime, parts: { log: 
 /** schedule(): the decision, taken as one the caller holds, then its turn. */
 export async function scheduled (input: DecisionInput, { runtime, log, signal }: { runtime: Runtime, log: FastifyBaseLogger, signal: AbortSignal | undefined }): Promise<RateLimitDecision> {
   const route = `api ${input.policy.route}`
-  return await atTurn(await evaluate(input, { log, route, source: 'api', holds: true }, runtime), runtime, { log, route, signal })
+  const evaluation = await evaluate(input, { log, route, source: 'api', holds: true }, runtime)
+  let turn: Promise<RateLimitDecision>
+  try {
+    turn = atTurn(evaluation, runtime, { log, route, signal })
+  } finally {
+    // Its hold took the place over (or there was none to take): returned on every other path.
+    evaluation.place?.release()
+  }
+  return await turn
 }

@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { Charge } from './decision-math.js'
 import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/decide.js'
-import type { Holds } from './holds.js'
+import type { Holds, Place } from './holds.js'
 import type { Waiters } from './waiters.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
@@ -107,4 +107,10 @@ export interface Evaluation {
   turnMs: number
   /** No slot yet, but the request joined the slot's queue and waits (a block's `wait`): not an answer, never reported. */
   queued: boolean
+  /**
+   * Its place under maxDelayed (decide/holds.ts), when it holds (turnMs > 0)
+   * or queued: whoever holds it or makes it wait passes the place on, and
+   * returns it on every other path (returning it again does nothing).
+   */
+  place?: Place
 }

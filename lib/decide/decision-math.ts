@@ -25,9 +25,21 @@ export type Charge = 'charged' | 'not-charged'
 
 /**
  * The units a block reports as left. A script's `remaining` for an admitting
- * block assumes the request was charged; when it was not, the caller still has
- * this request's cost.
+ * block assumes the request was charged; when it was not (a peek, or another
+ * block refused), the caller still has this request's cost, except at a
+ * reserved turn (a block's `delay`): the turns already reserved are taken,
+ * and what is left now is what the script found free before it.
  */
 export function shownRemaining (decision: RawDecision, cost: number, charge: Charge): number {
-  return charge === 'not-charged' && decision.allowed ? decision.remaining + cost : decision.remaining
+  if (charge === 'charged' || !decision.allowed) return decision.remaining
+  return decision.freeNow ?? decision.remaining + cost
+}
+
+/**
+ * The retry a block reports: the script's, except at a reserved turn that was
+ * not charged (a peek): the request fits without a wait once the turns
+ * reserved before it have come, its wait.
+ */
+export function shownRetryMs (decision: RawDecision, charge: Charge): number {
+  return charge === 'not-charged' && decision.waitMs !== undefined ? decision.waitMs : decision.retryAfterMs
 }

@@ -9,6 +9,8 @@ import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import type { RateLimitDecision } from '../types/index.js'
 import { item } from '../util/item.js'
 import { withoutTurns } from '../kinds/window/decide.js'
+import type { Place } from './holds.js'
+import type { BlockRun } from '../store/port.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'
@@ -67,6 +69,8 @@ interface StoreCall {
   runtime: Runtime
   done: (evaluation: Evaluation) => void
   fail: (error: Error) => void
+  /** The place under maxDelayed taken before the call (turnsFor), if any. */
+  place: Place | undefined
   /** performance.now() when the call started; 0 when nothing measures. */
   startedAt: number
   /** The plugin clock when the call started. */
@@ -115,6 +119,12 @@ function reportCached (input: DecisionInput, origin: DecisionOrigin, runtime: Ru
 /** Delivers a store call's evaluation (its duration measured before), then reports it. */
 function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): void {
   const durationMs = since(call.startedAt)
+  // The place goes with a decision that holds or queues (its caller passes it on), else it is returned now.
+  const { place } = call
+  if (place !== undefined) {
+    if (evaluation.turnMs > 0 || evaluation.queued) evaluation.place = place
+    else place.release()
+  }
   call.done(evaluation)
   // A place in a slot's queue is not an answer: the wait's end is reported (decide/slot-wait.ts).
   if (!evaluation.queued) report(call, evaluation, durationMs, failure)
@@ -164,41 +174,64 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   }
 
   // 2. One store call for every block; its failure → onRedisError.
+  let place: Place | undefined
   if (input.policy.delays) {
-    input = turnsFor(input, origin, runtime)
+    const turns = turnsFor(input, origin, runtime)
+    input = turns.input
+    place = turns.place
     // A waiter's wake-up may arrive before this call's reply (decide/waiters.ts add).
     input.sentAt = performance.now()
   }
-  const call: StoreCall = { input, origin, runtime, done, fail, startedAt, now }
-  // The store asks the breaker of the node that holds these keys (store/redis/breakers.ts).
-  runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
-    let evaluation: Evaluation
-    try {
-      evaluation = fromStore(call, decisions, at)
-    } catch (error) {
-      fail(error as Error)
-      return
-    }
-    deliver(call, evaluation, undefined)
-  }, (error: unknown) => {
-    storeFailed(call, error)
-  })
+  // A failure after the call returns the place too (deliver returns it on every answer).
+  const failed = place === undefined ? fail : (error: Error): void => { place.release(); fail(error) }
+  const call: StoreCall = { input, origin, runtime, done, fail: failed, place, startedAt, now }
+  try {
+    // The store asks the breaker of the node that holds these keys (store/redis/breakers.ts).
+    runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
+      let evaluation: Evaluation
+      try {
+        evaluation = fromStore(call, decisions, at)
+      } catch (error) {
+        failed(error as Error)
+        return
+      }
+      deliver(call, evaluation, undefined)
+    }, (error: unknown) => {
+      storeFailed(call, error)
+    })
+  } catch (error) {
+    // Thrown before the call was made: the caller gets the throw, the place comes back.
+    place?.release()
+    throw error
+  }
+}
+
+/** Whether a run of `runs` may hold the request (a `delay`, for a caller that holds) or queue it (a `wait`, for one that waits). */
+function mayHoldOrQueue (runs: readonly BlockRun[], holds: boolean, waits: boolean): boolean {
+  for (const run of runs) {
+    if (run.params.delayMs !== undefined && (run.kind.holdsSlot ? waits : holds)) return true
+  }
+  return false
 }
 
 /**
  * A policy with `delay` or `wait`: its runs may reserve a later turn when the
- * caller holds the request, or join a slot's queue when it waits, and this
- * instance holds and queues fewer than maxDelayed (counted `undelayed` when
- * full; a waiter's own polls keep their place); else only what fits now is admitted.
+ * caller holds the request, or join a slot's queue when it waits, when a
+ * place under maxDelayed is free: taken now, before the call, so a burst in
+ * flight counts (decide/holds.ts). None free: only what fits now is admitted,
+ * counted `undelayed`. A waiter's own polls keep their place (it is counted
+ * among the waiters).
  */
-function turnsFor (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): DecisionInput {
-  if (origin.inQueue === true) return input
-  const full = runtime.holds.full
-  const turns = origin.holds === true && !full
-  const waits = origin.waits === true && !full
-  if (turns && waits) return input
-  if (full && (origin.holds === true || origin.waits === true)) runtime.stats.undelayed++
-  return { ...input, runs: withoutTurns(input.runs, turns, waits) }
+function turnsFor (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime): { input: DecisionInput, place?: Place } {
+  if (origin.inQueue === true) return { input }
+  const holds = origin.holds === true
+  const waits = origin.waits === true
+  if (mayHoldOrQueue(input.runs, holds, waits)) {
+    const place = runtime.holds.take()
+    if (place !== undefined) return { input: holds && waits ? input : { ...input, runs: withoutTurns(input.runs, holds, waits) }, place }
+    runtime.stats.undelayed++
+  }
+  return { input: { ...input, runs: withoutTurns(input.runs) } }
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
@@ -248,7 +281,7 @@ export function refusedAfterWait (last: Evaluation, origin: DecisionOrigin, runt
   evaluation.chargedAt = last.chargedAt
   runtime.stats.limited++
   runtime.stats.waitExpired++
-  const call: StoreCall = { input, origin, runtime, done: () => {}, fail: () => {}, startedAt: 0, now: runtime.clock() }
+  const call: StoreCall = { input, origin, runtime, done: () => {}, fail: () => {}, place: undefined, startedAt: 0, now: runtime.clock() }
   report(call, evaluation, 0, undefined)
   return evaluation
 }

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
-import { retryAfterSeconds, shownRemaining, UNAVAILABLE_RETRY_SECONDS, type Charge } from './decision-math.js'
+import { retryAfterSeconds, shownRemaining, shownRetryMs, UNAVAILABLE_RETRY_SECONDS, type Charge } from './decision-math.js'
 import type { Verdict } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Reporter } from './contract.js'
 import { decisionChannel, type DecisionSource } from '../diagnostics.js'
@@ -23,7 +23,7 @@ function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDeci
       limit: run.params.limit,
       remaining: shownRemaining(decision, item(costs, i), charge),
       resetMs: decision.resetMs,
-      retryAfterMs: decision.retryAfterMs,
+      retryAfterMs: shownRetryMs(decision, charge),
       shadow: run.shadow,
       tier: run.tier
     })
@@ -52,7 +52,7 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
       limit: run?.params.limit ?? 0,
       remaining: shownRemaining(top, costs[binding] ?? 0, charge),
       resetMs: top.resetMs,
-      retryAfterMs: top.retryAfterMs,
+      retryAfterMs: shownRetryMs(top, charge),
       policy: policy.blocks[binding]?.name ?? policy.name,
       degraded: outcome === 'degraded' || source === 'local',
       // Waited for a slot, then admitted: delayed, however its blocks answered this time.

@@ -1,11 +1,21 @@
 /*
  * Requests (and API calls) admitted at a later turn (a block's `delay`) and
  * held on this instance until it: a timer each, no further store call. The
- * number held is bounded (`maxDelayed`): past it the engine decides without
- * delay (kinds/window/decide.ts withoutTurns), so no turn is reserved for a
- * request this instance would not hold. Each held entry ends exactly once: at
- * its turn, when its caller leaves (cancel), or when the plugin closes.
+ * number held is bounded (`maxDelayed`, with the waiters for a slot): past it
+ * the engine decides without delay or wait (kinds/window/decide.ts
+ * withoutTurns), so no turn is reserved for a request this instance would not
+ * hold. The bound counts what may become what it bounds: a decision that may
+ * hold or queue takes a place before its store call (a burst's decisions are
+ * all in flight before the first reply), and the place becomes its hold or
+ * its wait, or is returned on every other outcome. Each held entry ends
+ * exactly once: at its turn, when its caller leaves (cancel), or when the
+ * plugin closes.
  */
+
+/** A place under the bound, taken before a store call: it becomes a hold (Holds.hold) or a wait (decide/slot-wait.ts), else it is returned. Returning it twice does nothing. */
+export interface Place {
+  release: () => void
+}
 
 /** One held request: `turn` at its time, `close` if the plugin closes first. */
 interface Held {
@@ -19,6 +29,8 @@ export class Holds {
   readonly #held = new Set<Held>()
   /** The others the bound covers: requests waiting for a slot (decide/waiters.ts). */
   readonly #others: () => number
+  /** Places taken by decisions still in flight (or answered, and not yet held or waiting). */
+  #taken = 0
 
   constructor (max: number, others: () => number = () => 0) {
     this.#max = max
@@ -32,11 +44,34 @@ export class Holds {
 
   /** No more may be held or wait: decide without delay or wait. */
   get full (): boolean {
-    return this.#held.size + this.#others() >= this.#max
+    return this.#held.size + this.#others() + this.#taken >= this.#max
   }
 
-  /** Holds for `waitMs`, then `turn()`; `close()` instead if closeAll comes first. Returns the cancel (its caller left): it ends the hold silently. */
-  hold (waitMs: number, turn: () => void, close: () => void): () => void {
+  /**
+   * A place for a decision that may hold or queue, before its store call;
+   * undefined when none is free (decide it without delay or wait). `carried`:
+   * a place the request has already (a waiter whose slot came with a turn to
+   * hold), taken whatever the bound and counted until its hold starts.
+   */
+  take (carried = false): Place | undefined {
+    if (!carried && this.full) return undefined
+    this.#taken++
+    let taken = true
+    return {
+      release: () => {
+        if (!taken) return
+        taken = false
+        this.#taken--
+      }
+    }
+  }
+
+  /**
+   * Holds for `waitMs`, then `turn()`; `close()` instead if closeAll comes
+   * first. `place`: the request's place, returned once the hold counts.
+   * Returns the cancel (its caller left): it ends the hold silently.
+   */
+  hold (waitMs: number, turn: () => void, close: () => void, place?: Place): () => void {
     const held: Held = {
       timer: setTimeout(() => {
         if (this.#held.delete(held)) turn()
@@ -45,6 +80,7 @@ export class Holds {
       close
     }
     this.#held.add(held)
+    place?.release()
     return () => {
       if (this.#held.delete(held)) clearTimeout(held.timer)
     }

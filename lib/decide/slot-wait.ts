@@ -76,6 +76,8 @@ class SlotWait {
     const deadline = setTimeout(() => { this.#stop('time') }, Math.max(0, waitOf(this.#last) - (this.#startedAt - sentAt)))
     this.#cleanups.push(() => { clearTimeout(deadline) })
     this.#cleanups.push(this.#runtime.waiters.add(queuedKeys(this.#last), sentAt, () => { this.#poll() }, () => { this.#stop('closed') }))
+    // Counted among the waiters now: the place taken before the decision is returned.
+    this.#last.place?.release()
     this.#cleanups.push(onLeave(() => { this.#stop('left') }))
   }
 
@@ -98,6 +100,8 @@ class SlotWait {
   #answered (evaluation: Evaluation): void {
     this.#busy = false
     if (!evaluation.queued) {
+      // Admitted at a reserved turn: a place carried from the waiters to the hold, counted until the hold starts.
+      if (evaluation.turnMs > 0 && !evaluation.rejected) evaluation.place = this.#runtime.holds.take(true)
       // Admitted (its slot taken), refused another way or by onRedisError: only an admission left the queue.
       this.#end(evaluation, evaluation.rejected || evaluation.decision.degraded)
       return

@@ -5,6 +5,7 @@ import type { Ending } from './end-of-request.js'
 import type { RouteRuntime } from './route-hook.js'
 import { retryAfterSeconds } from '../decide/decision-math.js'
 import type { RateLimitDecision } from '../types/index.js'
+import type { Place } from '../decide/holds.js'
 
 /*
  * A request admitted at a later turn (a block's `delay`): its headers are
@@ -16,13 +17,21 @@ import type { RateLimitDecision } from '../types/index.js'
  * still away) and gives back the same way.
  */
 
-/** Resolves false at the turn (go on), true when the request ended without going on; rejects with a refusal thrown for the error handler. */
-export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number): Promise<boolean> {
+/**
+ * Resolves false at the turn (go on), true when the request ended without
+ * going on; rejects with a refusal thrown for the error handler. `place`: its
+ * place under maxDelayed, which the hold takes over (or returned, when the
+ * client has left already).
+ */
+export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number, place: Place | undefined): Promise<boolean> {
   const { policy, runtime } = ctx
   ending.held = true
   const raw = reply.raw
   // The client left while the store decided: the end of the request has fired already.
-  if (raw.closed || raw.destroyed) return Promise.resolve(true)
+  if (raw.closed || raw.destroyed) {
+    place?.release()
+    return Promise.resolve(true)
+  }
   const turnAt = performance.now() + delayMs
   return new Promise((resolve, reject) => {
     const left = (): void => {
@@ -42,7 +51,7 @@ export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntim
       } catch (error) {
         reject(error)
       }
-    })
+    }, place)
     raw.once('close', left)
   })
 }

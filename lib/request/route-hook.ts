@@ -127,7 +127,7 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
   runtime.writeHeaders(reply, evaluation)
   if (!evaluation.rejected) {
     const { decision } = evaluation
-    return evaluation.turnMs > 0 && ending !== undefined ? holdRequest(ctx, request, reply, ending, decision, evaluation.turnMs) : undefined
+    return evaluation.turnMs > 0 && ending !== undefined ? holdRequest(ctx, request, reply, ending, decision, evaluation.turnMs, evaluation.place) : undefined
   }
   return refuse(ctx, request, reply, evaluation, 429)
 }
@@ -151,13 +151,26 @@ async function waitThenRespond (ctx: RouteContext, request: FastifyRequest, repl
     ctx.runtime.refuse(request, reply, ctx.policy, { statusCode: 503, retryAfter: UNAVAILABLE_RETRY_SECONDS, violatedPolicies: [], decision: first.decision })
     return true
   }
-  const answer = respond(ctx, request, reply, input, result)
+  const answer = respondOnce(ctx, request, reply, input, result)
   return answer instanceof Promise ? await answer : answer !== undefined
+}
+
+/**
+ * respond, then the decision's place under maxDelayed is returned unless its
+ * hold or wait took it over (both start inside respond, before it returns):
+ * also when respond threw or answered otherwise.
+ */
+function respondOnce (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, evaluation: Evaluation): ReturnType<typeof respond> {
+  try {
+    return respond(ctx, request, reply, input, evaluation)
+  } finally {
+    evaluation.place?.release()
+  }
 }
 
 // The slow paths resolve to whether a reply was sent, never to the reply: a reply is a thenable.
 async function decideAsync (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput): Promise<boolean> {
-  const answer = respond(ctx, request, reply, input, await evaluate(input, originOf(request, ctx.policy.route), ctx.runtime))
+  const answer = respondOnce(ctx, request, reply, input, await evaluate(input, originOf(request, ctx.policy.route), ctx.runtime))
   return answer instanceof Promise ? await answer : answer !== undefined
 }
 
@@ -194,7 +207,7 @@ function finisher (ctx: RouteContext, request: FastifyRequest, reply: FastifyRep
   return (evaluation) => {
     let sent: ReturnType<typeof respond>
     try {
-      sent = respond(ctx, request, reply, input, evaluation)
+      sent = respondOnce(ctx, request, reply, input, evaluation)
     } catch (error) {
       next(error as Error)
       return

@@ -67,6 +67,8 @@ export interface RawDecision {
   penalized?: boolean
   /** Admitted at a turn reserved this many ms from the decision (a block's `delay`); absent: admitted now. */
   waitMs?: number
+  /** With waitMs: the whole units available now, before the turn (fewer than the cost; `remaining` after it is 0). What a peek reports. */
+  freeNow?: number
   /** Refused for now, but a place in the slot's queue is open to it (a concurrency block's `wait`): the waiters ahead of it. */
   queued?: number
 }

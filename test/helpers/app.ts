@@ -115,3 +115,27 @@ export function listenChannel<T> (t: Test, channel: string): T[] {
   t.teardown(() => { diagnostics.unsubscribe(channel, listener) })
   return messages
 }
+
+/**
+ * Reads `sample` at every event-loop turn (setImmediate, and after each read
+ * when it is async) until `work` settles: the largest value read and how many
+ * reads. For bounds that must hold at every instant of a burst.
+ */
+export async function largestWhile<T> (work: Promise<T>, sample: () => number | Promise<number>): Promise<{ result: T, largest: number, reads: number }> {
+  const run = { done: false }
+  let largest = -Infinity
+  let reads = 0
+  const sampling = (async () => {
+    while (!run.done) {
+      largest = Math.max(largest, await sample())
+      reads++
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  })()
+  try {
+    return { result: await work, largest, reads }
+  } finally {
+    run.done = true
+    await sampling
+  }
+}

@@ -78,8 +78,11 @@ export function buildMultiScript (sources: ScriptSources = readSources()): Loade
 export const READ_BLOCK_LUA = `local function readBlock (r, o)
   local v = r[o + 1]
   if type(v) ~= 'number' then error(tostring(v)) end
-  -- a reserved turn (a delay): -wait, reset, next; allowed 4, nothing remains
-  if v < 0 then return o + 3, 4, 0, r[o + 2], -v, r[o + 3] end
+  -- a reserved turn (a delay): -wait, reset, next, or -wait, -1 - reset, next, the units free before it; allowed 4
+  if v < 0 then
+    if r[o + 2] < 0 then return o + 4, 4, r[o + 4], -1 - r[o + 2], -v, r[o + 3] end
+    return o + 3, 4, 0, r[o + 2], -v, r[o + 3]
+  end
   local a = v % 4
   if a == 3 then return o + 2, 1, (v - 3) / 4, math.floor(r[o + 2] / ${REPLY_PACK}), 0, r[o + 2] % ${REPLY_PACK} end
   if a == 1 then return o + 3, 1, (v - 1) / 4, r[o + 2], 0, r[o + 3] end

@@ -34,6 +34,7 @@ import { memoryAlgorithms } from '../../lib/kinds/window/memory/algorithms.js'
 import { buildBatchScript } from '../../lib/store/redis/scripts.js'
 import { specText } from '../../lib/store/redis/specs.js'
 import { READ_BLOCK_LUA } from '../helpers/lua.js'
+import { shownRemaining, shownRetryMs } from '../../lib/decide/decision-math.js'
 import {
   ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
   type AlgorithmName, type BlockParams, type RawDecision
@@ -92,6 +93,12 @@ local function algorithm (key, cost, now)
   local _, a, remaining, reset, retry, nextMs = readBlock(r, 1)
   return { a, remaining, reset, retry, nextMs }
 end
+-- A peek: the general decision form with mode '1' (decideAll's dry pass alone), read back alike.
+local function peek (key, cost, now)
+  local r = batch({ key }, { now, '1', spec, tail, '0', '1', '1', '1', cost })
+  local _, a, remaining, reset, retry, nextMs = readBlock(r, 1)
+  return { a, remaining, reset, retry, nextMs }
+end
 -- A charge without deciding: an adjustment entry of positive units (the algorithm's mode 3), answering 1.
 local function forcedCharge (key, cost, now)
   local r = batch({ key }, { now, '1', spec, tail, '-1', '1', 'u', '1', cost, '' })
@@ -106,8 +113,12 @@ for i = 4, #ARGV, 2 do
   local forced = tonumber(cost) < 0
   if forced then cost = tostring(-tonumber(cost)) end
   local r
+  -- a peek first (it writes nothing, so the step's calls are the charge's alone)
+  local p = { 0, 0, 0, 0, 0 }
+  if not forced then p = peek(KEYS[1], cost, now) end
+  calls = {}
   if forced then r = forcedCharge(KEYS[1], cost, now) else r = algorithm(KEYS[1], cost, now) end
-  local row = { r[1], r[2] or 0, r[3] or 0, r[4] or 0, r[5] or 0, table.concat(calls, ',') }
+  local row = { r[1], r[2] or 0, r[3] or 0, r[4] or 0, r[5] or 0, table.concat(calls, ','), p }
   if not forced and r[1] == 0 and tonumber(cost) <= capacity then
     for _, delta in ipairs({ -1, 0 }) do
       realRedis.call('DEL', KEYS[2])
@@ -183,18 +194,39 @@ function scenarios (algorithm: AlgorithmName, delayed: boolean): fc.Arbitrary<Sc
 }
 
 type Lua5 = [number, number, number, number, number]
-type Row = [number, number, number, number, number, string, ...Lua5[]]
+/** A step's decision, its calls, the peek before it, then a refusal's two retry probes. */
+type Row = [number, number, number, number, number, string, Lua5, ...Lua5[]]
 
 function fromLua (r: Lua5 | Row): RawDecision {
   for (let i = 0; i < 5; i++) assert.ok(Number.isInteger(r[i]), `integer reply ${JSON.stringify(r)}`)
   assert.ok(r[0] === 0 || r[0] === 1 || r[0] === 4, 'allowed is 0, 1 or 4 (a reserved turn)')
-  if (r[0] === 4) return { allowed: true, remaining: r[1], resetMs: r[2], retryAfterMs: 0, nextMs: r[4], waitMs: r[3] }
+  // a reserved turn: nothing remains after it; its remaining on the wire is what was free before it
+  if (r[0] === 4) return { allowed: true, remaining: 0, resetMs: r[2], retryAfterMs: 0, nextMs: r[4], waitMs: r[3], freeNow: r[1] }
   return { allowed: r[0] === 1, remaining: r[1], resetMs: r[2], retryAfterMs: r[3], nextMs: r[4] }
 }
 
 const freeze = <S>(s: S): S => (typeof s === 'object' && s !== null ? Object.freeze(s) : s)
 
-interface Tally { steps: number, rejected: number, probed: number, nextProbed: number, expired: number, forced: number }
+interface Tally { steps: number, rejected: number, probed: number, nextProbed: number, expired: number, forced: number, peekedTurns: number, peekedFree: number }
+
+/** Admitted now, not at a reserved turn. */
+const atOnce = (x: RawDecision): boolean => x.allowed && x.waitMs === undefined
+
+/**
+ * A peek where the request would be held for a turn (a delay) counts the
+ * turns reserved before it: its `remaining` is the most units admitted at
+ * once now, and its retry the first ms the request is admitted at once.
+ */
+function checkPeekAtTurn (model: typeof memoryAlgorithms[AlgorithmName], params: BlockParams, d: RawDecision, cost: number, now: number, live: (at: number) => unknown, at: string): void {
+  const remaining = shownRemaining(d, cost, 'not-charged')
+  const retryMs = shownRetryMs(d, 'not-charged')
+  assert.ok(remaining < cost, `${at}: a peek at a turn shows fewer than its cost left (${remaining})`)
+  if (remaining > 0) assert.ok(atOnce(model.step(freeze(live(now)), params, remaining, now).decision), `${at}: the ${remaining} shown are admitted at once`)
+  assert.equal(atOnce(model.step(freeze(live(now)), params, remaining + 1, now).decision), false, `${at}: one more than the ${remaining} shown is not`)
+  assert.equal(retryMs, d.waitMs, `${at}: a peek's retry at a turn is its wait`)
+  assert.equal(atOnce(model.step(freeze(live(now + retryMs - 1)), params, cost, now + retryMs - 1).decision), false, `${at}: not admitted at once 1 ms before the retry`)
+  assert.ok(atOnce(model.step(freeze(live(now + retryMs)), params, cost, now + retryMs).decision), `${at}: admitted at once at the retry (${retryMs} ms)`)
+}
 
 function checkBounds (algorithm: AlgorithmName, { limit, windowMs: w, burst }: BlockParams, admitted: Step[]): void {
   if (algorithm === 'fixed-window' || algorithm === 'sliding-window') {
@@ -276,7 +308,7 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
   for (const [algorithm, delayed] of variants) {
     await t.test(delayed ? `${algorithm} with delay` : algorithm, async (t) => {
       const model = memoryAlgorithms[algorithm]
-      const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0, forced: 0 }
+      const tally: Tally = { steps: 0, rejected: 0, probed: 0, nextProbed: 0, expired: 0, forced: 0, peekedTurns: 0, peekedFree: 0 }
 
       const property = fc.asyncProperty(scenarios(algorithm, delayed), async ({ params, steps }) => {
         const { limit, windowMs: w, burst } = params
@@ -309,6 +341,12 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           if (current === undefined && stored !== undefined) tally.expired++
           const m = model.step(freeze(current), params, cost, now)
           assert.deepEqual(lua, m.decision, `${at}: lua and model decide alike`)
+          assert.deepEqual(fromLua(row[6]), m.decision, `${at}: a peek decides as the request does, over the wire`)
+          if (m.decision.waitMs !== undefined) {
+            tally.peekedTurns++
+            if ((m.decision.freeNow ?? 0) > 0) tally.peekedFree++
+            checkPeekAtTurn(model, params, m.decision, cost, now, live, at)
+          }
           const s = model.step(freeze(stale), params, cost, now)
           assert.deepEqual(s.decision, m.decision, `${at}: stale state decides like absent state`)
 
@@ -344,7 +382,7 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
           // retryAfterMs is exact, on copies of the state
           if (!d.allowed && cost <= capacity) {
             tally.probed++
-            const probes = row.slice(6) as Lua5[]
+            const probes = row.slice(7) as Lua5[]
             assert.equal(probes.length, 2, `${at}: lua probed`)
             const early = model.step(freeze(live(now + d.retryAfterMs - 1)), params, cost, now + d.retryAfterMs - 1)
             const due = model.step(freeze(live(now + d.retryAfterMs)), params, cost, now + d.retryAfterMs)
@@ -365,7 +403,6 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
             const before = model.step(freeze(live(now + d.nextMs - 1)), params, more, now + d.nextMs - 1)
             const then = model.step(freeze(live(now + d.nextMs)), params, more, now + d.nextMs)
             // admitted now: a reserved turn is not yet the unit
-            const atOnce = (x: RawDecision): boolean => x.allowed && x.waitMs === undefined
             assert.equal(atOnce(before.decision), false, `${at}: ${more} units not admitted at once 1 ms before nextMs=${d.nextMs}`)
             assert.equal(atOnce(then.decision), true, `${at}: ${more} units admitted at nextMs=${d.nextMs}`)
           }
@@ -380,6 +417,8 @@ test('Lua scripts and the memory model agree on random sequences', async (t) => 
       t.ok(tally.nextProbed > NUM_RUNS / 2, 'nextMs was probed')
       t.ok(tally.expired > 0, 'some states expired on the injected clock')
       if (algorithm !== 'sliding-log') t.ok(tally.forced > NUM_RUNS / 2, `${tally.forced} charges without deciding (overdrafts among them)`)
+      if (delayed) t.ok(tally.peekedTurns > NUM_RUNS / 2, `${tally.peekedTurns} peeks at a reserved turn checked against the model`)
+      if (delayed) t.ok(tally.peekedFree > 0, `${tally.peekedFree} of them with units free before the turn (a cost above them: the reply's four-integer form)`)
     })
   }
 })
@@ -549,7 +588,7 @@ test('sliding-window: the Lua and the model answer what the exact rule answers, 
         if (cost <= limit) {
           // the Lua itself, on a copy of the state: refused 1 ms before retryAfterMs, admitted at it
           tally.probed++
-          const [early, due] = row.slice(6) as Lua5[]
+          const [early, due] = row.slice(7) as Lua5[]
           const retry = now + expected.decision.retryAfterMs
           assert.equal(fromLua(early as Lua5).allowed, false, `${at}: refused at retryAfterMs - 1`)
           assert.equal(fromLua(due as Lua5).allowed, true, `${at}: admitted at retryAfterMs`)

@@ -198,12 +198,19 @@ function readBlocks (list: readonly unknown[], at: number, blocks: number, value
     const head = list[at]
     if (!isInteger(head)) return -1
     if (head < 0) {
-      // A reserved turn (a delay): -wait, resetMs, nextMs; nothing remains until it. Or a place in a slot's queue.
+      // A reserved turn (a delay): -wait, resetMs, nextMs, or -wait, -1 - resetMs, nextMs and the units
+      // free before it (a peek's remaining); nothing remains after it. Or a place in a slot's queue.
       const resetMs = list[at + 1]
       const nextMs = list[at + 2]
       if (typeof resetMs !== 'number' || typeof nextMs !== 'number') return -1
       if (head <= QUEUED_HEAD) values.push(QUEUED, QUEUED_HEAD - head, resetMs, SLOT_RETRY_MS, nextMs)
-      else values.push(RESERVED, 0, resetMs, -head, nextMs)
+      else if (resetMs >= 0) values.push(RESERVED, 0, resetMs, -head, nextMs)
+      else {
+        const free = list[at + 3]
+        if (!isInteger(free)) return -1
+        values.push(RESERVED, free, -1 - resetMs, -head, nextMs)
+        at += 1
+      }
       at += 3
       continue
     }
@@ -281,7 +288,7 @@ export function toDecisions (values: readonly number[]): RawDecision[] {
   for (let i = 0; i < values.length; i += DECISION_STRIDE) {
     const head = values[i]
     if (head === RESERVED) {
-      out.push({ allowed: true, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: 0, nextMs: item(values, i + 4), waitMs: item(values, i + 3) })
+      out.push({ allowed: true, remaining: 0, resetMs: item(values, i + 2), retryAfterMs: 0, nextMs: item(values, i + 4), waitMs: item(values, i + 3), freeNow: item(values, i + 1) })
       continue
     }
     const decision: RawDecision = { allowed: head === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }

@@ -7,9 +7,9 @@ function reachOf ({ delayMs, hold, limit }: BlockParams): { dl: number, hold: bo
   return delayMs === undefined || delayMs <= 0 ? { dl: 0, hold: false } : { dl: delayMs * limit, hold: hold !== false }
 }
 
-/** Admitted at a turn `waitMs` from now (Lua: allowed 4): nothing remains until it. */
-function reserved (resetMs: number, waitMs: number, nextMs: number): ReturnType<typeof decision> {
-  return { allowed: true, remaining: 0, resetMs, retryAfterMs: 0, nextMs, waitMs }
+/** Admitted at a turn `waitMs` from now (Lua: allowed 4): nothing remains until it; `freeNow` whole units were free before it. */
+function reserved (resetMs: number, waitMs: number, nextMs: number, freeNow: number): ReturnType<typeof decision> {
+  return { allowed: true, remaining: 0, resetMs, retryAfterMs: 0, nextMs, waitMs, freeNow }
 }
 
 /** The bucket as of `now`: stored tokens (down to -(capacity + reach) after an overdraft) plus the refill since, up to the capacity (scaled by the window). */
@@ -56,7 +56,7 @@ export const tokenBucket: MemoryAlgorithm<TokenBucketState> = {
       const left = tokens - need
       if (left >= -dl && hold) {
         const reset = resetMs(left)
-        return { decision: reserved(reset, lag + cdiv(-left, limit), nextMs(left)), state: { tokens: left, ts: base }, ttlMs: reset }
+        return { decision: reserved(reset, lag + cdiv(-left, limit), nextMs(left), whole(tokens, w)), state: { tokens: left, ts: base }, ttlMs: reset }
       }
       return { decision: decision(false, whole(tokens, w), resetMs(tokens), lag + cdiv(-left - (hold ? dl : 0), limit), nextMs(tokens)), state: undefined, ttlMs: 0 }
     }
@@ -125,7 +125,7 @@ export const gcra: MemoryAlgorithm<GcraState> = {
       if (nd <= cap + dl && hold) {
         const whole = idiv(nd, limit)
         const reset = cdiv(nd, limit)
-        return { decision: reserved(reset, cdiv(nd - cap, limit), debtNextMs(nd, cap, limit, w)), state: { tatMs: now + whole, frac: nd - whole * limit }, ttlMs: reset }
+        return { decision: reserved(reset, cdiv(nd - cap, limit), debtNextMs(nd, cap, limit, w), left(d, cap, w)), state: { tatMs: now + whole, frac: nd - whole * limit }, ttlMs: reset }
       }
       return { decision: decision(false, left(d, cap, w), cdiv(d, limit), cdiv(nd - cap - (hold ? dl : 0), limit), debtNextMs(d, cap, limit, w)), state: undefined, ttlMs: 0 }
     }

@@ -86,7 +86,7 @@ export function check (run: Run, options: CheckOptions): Violation[] {
     for (const user of run.schedule.users) {
       const stream = all.filter((o) => o.route === route && o.r.user === user)
       if (route.algorithm === 'concurrency') checkSlots(run, stream, faultNear, restarts, add, label)
-      else checkRates(run, route, user, stream, faultNear, resets, restarts, add, label)
+      else checkRates(run, route, user, stream, all, faultNear, resets, restarts, add, label)
     }
   }
   return out
@@ -232,11 +232,22 @@ function checkDeploys (run: Run, all: Obs[], add: Add, label: (o: Obs) => string
   }
 }
 
-/** A refusal on a delaying or waiting route of an instance whose maxDelayed was full (the burst): documented, not judged by the model. */
-function refusedAtBound (run: Run, o: Obs): boolean {
-  const burst = run.schedule.burst
-  return burst !== undefined && o.r.inst === burst.inst && (o.route.delayMs !== undefined || o.route.waitMs !== undefined) &&
-    o.lo >= run.start + burst.at - 50 && o.lo <= run.start + burst.at + 2500
+/**
+ * A refusal on a delaying or waiting route by an instance whose maxDelayed
+ * was full: documented (docs/shaping.md: past the bound, decisions go without
+ * delay or wait), not judged by the model. Full: at least maxDelayed requests
+ * of the instance on such routes held, waiting or being decided (a place is
+ * taken before the store call) when q arrived.
+ */
+function refusedAtBound (run: Run, q: Obs, all: Obs[]): boolean {
+  const bound = run.schedule.maxDelayed
+  if (bound === undefined || (q.route.delayMs === undefined && q.route.waitMs === undefined)) return false
+  let taken = 0
+  for (const r of all) {
+    if (r === q || r.r.inst !== q.r.inst || (r.route.delayMs === undefined && r.route.waitMs === undefined) || r.lo > q.lo) continue
+    if ((r.s?.tDec ?? r.end ?? Infinity) >= q.lo) taken++
+  }
+  return taken >= bound
 }
 
 type Add = (invariant: string, detail: string, kind?: 'state' | 'time') => void
@@ -296,7 +307,7 @@ function overrideLimit (run: Run, route: ChaosRoute, user: string, lo: number, h
   return route.limit
 }
 
-function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], faultNear: FaultNear, resets: ReadonlyArray<readonly [number, number]>, restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
+function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], all: Obs[], faultNear: FaultNear, resets: ReadonlyArray<readonly [number, number]>, restarts: Run['faults'], add: Add, label: (o: Obs) => string): void {
   const resetBetween = (from: number, to: number, certain: boolean): boolean => resets.some(([a, b]) => certain ? a > from && b < to : a <= to && b >= from)
   for (const q of stream) {
     if (q.outcome === 'admitted') {
@@ -332,7 +343,7 @@ function checkRates (run: Run, route: ChaosRoute, user: string, stream: Obs[], f
       events.sort((a, b) => a.at - b.at)
       const limit = overrideLimit(run, route, user, q.lo, q.hi, restarts, true)
       if (!modelAdmits(route, events, q.lo, q.r.cost, limit)) continue
-      if (refusedAtBound(run, q)) continue
+      if (refusedAtBound(run, q, all)) continue
       const denied = deniedLocally(q, stream)
       if (denied === true) continue
       add('refused-only-by-model', `${label(q)}: 429 (cost ${q.r.cost}) where the ${route.algorithm} model (limit ${limit}) admits${denied === false ? '' : `; ${denied}`}`)

@@ -66,7 +66,7 @@ function lagBetween (from: number, to: number): number {
 }
 
 const redis = config.cluster
-  ? new Cluster(config.nodes, { enableOfflineQueue: false, redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 } })
+  ? new Cluster(config.nodes, { enableOfflineQueue: false, retryDelayOnTryAgain: 10, redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 } })
   : new Redis({ ...config.nodes[0], ...RECOMMENDED_OPTIONS })
 redis.on('error', () => {})
 await new Promise((resolve) => redis.once('ready', resolve))

@@ -41,6 +41,7 @@ function ioredisFlavour (name: string, Redis: IoRedisClass, Cluster: IoClusterCl
     standalone: async (port) => wrap(new Redis({ host: HOST, port, ...RECOMMENDED_OPTIONS, commandTimeout: 1000 })),
     cluster: async (nodes) => wrap(new Cluster(nodes, {
       enableOfflineQueue: false,
+      retryDelayOnTryAgain: 10,
       redisOptions: { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 }
     }))
   }

@@ -22,6 +22,7 @@ const clients: Cluster[] = []
 function clusterClient (commandTimeout: number): Cluster {
   const client = new Cluster(cluster.startupNodes, {
     enableOfflineQueue: false,
+    retryDelayOnTryAgain: 10,
     redisOptions: { commandTimeout, autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 1 }
   })
   client.on('error', () => {})

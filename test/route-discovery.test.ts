@@ -210,11 +210,12 @@ function requestsFor (entry: Declared, table: Table): Array<InjectOptions & { ap
     const others = methods.filter((method) => method !== 'HEAD')
     for (const u of urls) forms.push([u, others])
     // A HEAD twin is declared with path '/' as a HEAD route, which a prefix ending in '/' takes as ''.
-    // Each of a prefixed index route's GET forms gets its own HEAD twin, announced to onRoute with
-    // its own URL, and keys name HEAD as GET on that URL (keys/layout.ts): a twin whose URL is not
-    // the one the GET was announced with counts apart from it (prefix '/cN', 'both': HEAD /cN/;
-    // prefix '/cN/', 'slash': GET /cN//, HEAD /cN/). Left as found: only the block is checked.
-    if (methods.includes('HEAD')) for (const u of new Set(urls.map((u) => u.endsWith('//') ? u.slice(0, -1) : u))) forms.push([u, ['HEAD'], true])
+    // Each of the GET forms gets its own HEAD twin, announced to onRoute with its own URL; the
+    // plugin keys a 'both' pair's second twin with the pair (register.ts keyUrl). One shape is left
+    // as found: prefix '/cN/' with 'slash' puts GET at /cN// and its twin at /cN/, counted apart:
+    // only its block is checked.
+    const apart = spec.trailing === 'slash' && url.endsWith('//') ? true : undefined
+    if (methods.includes('HEAD')) for (const u of new Set(urls.map((u) => u.endsWith('//') ? u.slice(0, -1) : u))) forms.push([u, ['HEAD'], apart])
   } else {
     const first = spec.shape === 'param'
       ? url.replace(':id', `x${id}`)
@@ -316,6 +317,8 @@ for (const variant of VARIANTS) {
     }
     t.same([await policy('GET', '/api'), await policy('GET', '/api/')], ['"get-api";r=4', '"get-api";r=3'], 'a prefixed index route starts; /api and /api/ are one route, one block')
     t.equal(await policy('POST', '/api/'), '"post-api";r=4', 'its POST too')
+    const head = await app.inject({ method: 'HEAD', url: '/api/' })
+    t.equal(String(head.headers.ratelimit).replace(/;t=\d+$/, ''), '"get-api";r=2', 'HEAD /api/ (its own HEAD twin) shares the GET\'s bucket')
     t.same([await policy('GET', '/o'), await policy('GET', '/o/1')], ['"get-o-id-32f77254";r=4', '"get-o-id-32f77254";r=3'], 'an optional parameter starts: the router\'s two entries, one block')
     const refused = await app.inject({ method: 'POST', url: '/early' })
     t.equal(refused.statusCode, 500, 'a route declared before the plugin is refused while ready() resolved')

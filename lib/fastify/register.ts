@@ -60,6 +60,8 @@ interface PluginState {
   mark: RouteMark
   /** Whether onRoute saw the CORS catch-all (else ready() asks the router). */
   preflightSeen: boolean
+  /** `HEAD <url>/` label to `<url>` for each prefixed index route announced once for two router entries (keyUrl). */
+  indexPairs: Map<string, string>
 }
 
 /**
@@ -104,13 +106,32 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
   if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never
 }
 
+type AnnouncedRoute = RouteOptions & { prefix?: string, routePath?: string }
+
+/**
+ * The URL a route's keys carry. Fastify announces a prefixed index route
+ * (`c.get('/')` under `/api`, prefixTrailingSlash 'both') once, as `/api`,
+ * then adds `/api/` with the same options; the HEAD twin of that second
+ * entry is announced on its own, as `/api/`. Keys name HEAD as GET on the
+ * same URL, so that twin is keyed as `/api` too, or HEAD /api/ would count
+ * apart from GET /api/ (routes.md: a HEAD shares its GET's bucket).
+ */
+function keyUrl (pairs: Map<string, string>, route: AnnouncedRoute, constraints: string): string {
+  if (route.method === 'HEAD') return pairs.get(routeLabel('HEAD', route.url, constraints)) ?? route.url
+  const methods = methodsOf(route.method)
+  const pair = route.routePath === '' && (route.prefix ?? '') !== '' && !route.url.endsWith('/') && (route.prefixTrailingSlash ?? 'both') === 'both'
+  if (pair && methods.includes('GET')) pairs.set(routeLabel('HEAD', route.url + '/', constraints), route.url)
+  return route.url
+}
+
 /** onRoute: compiles the route's block (or the defaultLimit) and attaches its hooks. */
-function limitRoute (state: PluginState, route: RouteOptions): void {
+function limitRoute (state: PluginState, route: AnnouncedRoute): void {
   const { options, listing } = state
   // Method, URL and constraints name a route: two hosts' routes on one URL are two routes (keys/constraints.ts).
   const constraints = constraintText(route.constraints)
   // Every route seen, limited or not: the guard refuses only the unmarked.
   markRoute(route, state.mark)
+  const url = keyUrl(state.indexPairs, route, constraints)
   const methodLabel = methodsOf(route.method).join(',')
   const row = { method: methodLabel, url: route.url, constraints: route.constraints }
   const config = route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined
@@ -124,13 +145,13 @@ function limitRoute (state: PluginState, route: RouteOptions): void {
   const block = declared ?? options.defaultLimit
   if (block === undefined && state.globals.length === 0) {
     // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
-    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', route.url, constraints))) {
+    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', url, constraints))) {
       state.undeclared.push(routeLabel(methodLabel, route.url, constraints))
     }
     return
   }
   const source = declared === undefined ? 'defaultLimit' : 'declared'
-  const policy = compilePolicy(block, { method: route.method, url: route.url, source, constraints }, state.context, state.globals)
+  const policy = compilePolicy(block, { method: route.method, url, source, constraints }, state.context, state.globals)
   // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
   listPolicy(listing, row, policy, route.method === 'HEAD' ? [] : ownBlockNames(policy))
   attachHooks(route, policy, state.runtime)
@@ -191,5 +212,5 @@ export async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimi
   const context = compileContext(fastify, options, runtime)
   const { globals, registry } = compileStartup(options, context)
   const listing: PluginState['listing'] = { registry, summaries: [] }
-  install({ fastify, options, runtime, context, globals, listing, undeclared: [], mark: routeMark(), preflightSeen: false })
+  install({ fastify, options, runtime, context, globals, listing, undeclared: [], mark: routeMark(), preflightSeen: false, indexPairs: new Map() })
 }

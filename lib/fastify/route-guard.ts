@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify'
 import { FST_RRL_ROUTE_NOT_SEEN } from '../errors.js'
+import { routeLabel } from '../keys/constraints.js'
 import { isPreflightCatchAll } from './preflight.js'
 
 /*
@@ -65,8 +66,9 @@ export function guardUnseenRoutes (fastify: FastifyInstance, mark: RouteMark): v
     }
     if (!logged.has(config)) {
       logged.add(config)
-      const methods = Array.isArray(method) ? method.join(',') : method
-      request.log.error({ err: new FST_RRL_ROUTE_NOT_SEEN(`${methods} ${url}`) }, 'rate limit: a route declared before the plugin is refused')
+      // routeOptions shows no constraints: twins on one URL log the same label (the host tells them apart).
+      const label = routeLabel(Array.isArray(method) ? method.join(',') : method, url, '')
+      request.log.error({ err: new FST_RRL_ROUTE_NOT_SEEN(label), host: request.host }, 'rate limit: a route declared before the plugin is refused')
     }
     reply.code(500).type('application/problem+json').send(BODY)
   })

@@ -196,12 +196,12 @@ class Builder {
 }
 
 /** The requests that reach a declared route (each of them routed to it by the router's rules). */
-function requestsFor (entry: Declared, table: Table): Array<InjectOptions & { apart?: true }> {
+function requestsFor (entry: Declared, table: Table): InjectOptions[] {
   const { spec, id } = entry
   const url = entry.url as string
   const headers = constraintOf(spec, id).headers
   const methods = spec.method === 'ALL' ? ['GET'] : spec.method === 'GET' && table.exposeHeadRoutes ? ['GET', 'HEAD'] : [spec.method]
-  const forms: Array<[string, string[], true?]> = []
+  const forms: Array<[string, string[]]> = []
   if (spec.shape === 'index') {
     // route.js: a HEAD index route takes no prefixTrailingSlash; 'both' adds the other form unless
     // ignoreTrailingSlash (the router then strips it) or ignoreDuplicateSlashes under a prefix ending in '/'.
@@ -210,12 +210,9 @@ function requestsFor (entry: Declared, table: Table): Array<InjectOptions & { ap
     const others = methods.filter((method) => method !== 'HEAD')
     for (const u of urls) forms.push([u, others])
     // A HEAD twin is declared with path '/' as a HEAD route, which a prefix ending in '/' takes as ''.
-    // Each of the GET forms gets its own HEAD twin, announced to onRoute with its own URL; the
-    // plugin keys a 'both' pair's second twin with the pair (register.ts keyUrl). One shape is left
-    // as found: prefix '/cN/' with 'slash' puts GET at /cN// and its twin at /cN/, counted apart:
-    // only its block is checked.
-    const apart = spec.trailing === 'slash' && url.endsWith('//') ? true : undefined
-    if (methods.includes('HEAD')) for (const u of new Set(urls.map((u) => u.endsWith('//') ? u.slice(0, -1) : u))) forms.push([u, ['HEAD'], apart])
+    // Each GET form gets its own HEAD twin, announced to onRoute with its own URL, which a prefix
+    // ending in '/' takes as '' for path '/': the plugin keys each with its GET (register.ts keyUrl).
+    if (methods.includes('HEAD')) for (const u of new Set(urls.map((u) => u.endsWith('//') ? u.slice(0, -1) : u))) forms.push([u, ['HEAD']])
   } else {
     const first = spec.shape === 'param'
       ? url.replace(':id', `x${id}`)
@@ -227,7 +224,7 @@ function requestsFor (entry: Declared, table: Table): Array<InjectOptions & { ap
     if (table.ignoreDuplicateSlashes) forms.push(['/' + first, methods])
     if (!table.caseSensitive) forms.push([first.toUpperCase(), methods])
   }
-  return forms.flatMap(([u, ms, apart]) => ms.map((method) => ({ method: method as 'GET', url: u, headers, ...(apart === true ? { apart } : {}) })))
+  return forms.flatMap(([u, ms]) => ms.map((method) => ({ method: method as 'GET', url: u, headers })))
 }
 
 const describe = (table: Table, declared: Declared[]): string => JSON.stringify({ ...table, declared: declared.map(({ id, url, seen, spec }) => ({ id, url, seen, ...spec })) })
@@ -247,7 +244,7 @@ async function checkTable (variant: Variant, table: Table): Promise<string | und
     if (failed !== undefined) return `ready() failed: ${failed.message}`
     for (const entry of builder.declared) {
       let charged = 0
-      for (const { apart, ...request } of requestsFor(entry, table)) {
+      for (const request of requestsFor(entry, table)) {
         const reply = await app.inject(request)
         const label = `#${entry.id} ${request.method as string} ${request.url as string}`
         if (!entry.seen) {
@@ -262,7 +259,6 @@ async function checkTable (variant: Variant, table: Table): Promise<string | und
           continue
         }
         if (policy !== `"b${entry.id}";q=${LIMIT};w=3600`) return `${label}: charged to ${String(policy)}`
-        if (apart === true) continue
         charged++
         if (!String(reply.headers.ratelimit).startsWith(`"b${entry.id}";r=${LIMIT - charged};t=`)) return `${label}: request ${charged} of its block, RateLimit ${String(reply.headers.ratelimit)}`
       }

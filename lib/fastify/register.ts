@@ -109,18 +109,22 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
 type AnnouncedRoute = RouteOptions & { prefix?: string, routePath?: string }
 
 /**
- * The URL a route's keys carry. Fastify announces a prefixed index route
- * (`c.get('/')` under `/api`, prefixTrailingSlash 'both') once, as `/api`,
- * then adds `/api/` with the same options; the HEAD twin of that second
- * entry is announced on its own, as `/api/`. Keys name HEAD as GET on the
- * same URL, so that twin is keyed as `/api` too, or HEAD /api/ would count
- * apart from GET /api/ (routes.md: a HEAD shares its GET's bucket).
+ * The URL a route's keys carry. Keys name HEAD as GET on the same URL
+ * (routes.md: a HEAD shares its GET's bucket), but a prefixed index route's
+ * HEAD twin can be announced with another URL than its GET (route.js):
+ * - prefixTrailingSlash 'both' under `/api`: the GET is announced once, as
+ *   `/api`, and `/api/` added with the same options; the HEAD twin of that
+ *   second entry is announced on its own, as `/api/`;
+ * - 'slash' under a prefix ending in '/' (`/api/`): the GET is `/api//`, its
+ *   HEAD twin, a HEAD route of path '/', lands on `/api/`.
+ * Such a twin is keyed with its GET's URL.
  */
 function keyUrl (pairs: Map<string, string>, route: AnnouncedRoute, constraints: string): string {
   if (route.method === 'HEAD') return pairs.get(routeLabel('HEAD', route.url, constraints)) ?? route.url
-  const methods = methodsOf(route.method)
-  const pair = route.routePath === '' && (route.prefix ?? '') !== '' && !route.url.endsWith('/') && (route.prefixTrailingSlash ?? 'both') === 'both'
-  if (pair && methods.includes('GET')) pairs.set(routeLabel('HEAD', route.url + '/', constraints), route.url)
+  if (!methodsOf(route.method).includes('GET') || (route.prefix ?? '') === '') return route.url
+  const trailing = route.prefixTrailingSlash ?? 'both'
+  if (route.routePath === '' && trailing === 'both' && !route.url.endsWith('/')) pairs.set(routeLabel('HEAD', route.url + '/', constraints), route.url)
+  if (route.routePath === '/' && trailing === 'slash' && route.url.endsWith('//')) pairs.set(routeLabel('HEAD', route.url.slice(0, -1), constraints), route.url)
   return route.url
 }
 

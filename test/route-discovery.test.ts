@@ -341,3 +341,21 @@ test('two registrations (configKeys) each mark what they saw: a route only the f
   for (let i = 0; i < 5; i++) statuses.push((await app.inject('/both')).statusCode)
   t.same(statuses, [200, 200, 200, 200, 200, 429], 'and by the first: its block of 5 refuses the sixth')
 })
+
+test('the guard and its neighbours: 404s go to the notFound limit; an onRoute hook that drops the mark gets a refusal, not an unlimited route', async (t) => {
+  const app = Fastify()
+  t.teardown(async () => { await app.close() })
+  app.get('/early', async () => 'early')
+  await app.register(rateLimit, { store: 'memory', notFound: { limit: 2, window: '1m' } })
+  // Registered after the plugin's own: runs after it, and replaces config without its other keys.
+  app.addHook('onRoute', (route) => { if (route.url === '/dropped') route.config = { rateLimit: { limit: 5, window: '1m' } } })
+  app.get('/dropped', { config: { rateLimit: { limit: 5, window: '1m' } } }, async () => 'dropped')
+  await app.ready()
+  const missing = [await app.inject('/nope'), await app.inject('/nope'), await app.inject('/nope')]
+  t.same(missing.map((reply) => reply.statusCode), [404, 404, 429], '404s are limited by notFound, never refused as unseen')
+  t.equal(missing[0]?.headers['ratelimit-policy'], '"not-found";q=2;w=60')
+  t.equal((await app.inject('/early')).statusCode, 500, 'declared before: refused')
+  const dropped = await app.inject('/dropped')
+  t.equal(dropped.statusCode, 500, 'its mark dropped by a later onRoute hook: refused (docs/routes.md says to spread route.config)')
+  t.equal(JSON.parse(dropped.body).code, 'FST_RRL_ROUTE_NOT_SEEN')
+})

@@ -3,7 +3,8 @@ import processWarning from 'process-warning'
 import type { RateLimitRefusalError, RateLimitRefusalErrorConstructor } from './types/errors.js'
 
 /*
- * Every configuration error fails register or ready, never a request. Messages
+ * Every configuration error fails register or ready, never a request, but one
+ * that no public API shows at ready (FST_RRL_ROUTE_NOT_SEEN). Messages
  * name the route and the field so the fix is obvious from the stack trace.
  * Codes are listed in docs/errors.md (a test checks that).
  */
@@ -38,9 +39,25 @@ export const FST_RRL_MISSING_LIMIT = createError(
   500
 )
 
+/**
+ * @deprecated No longer thrown: ready() cannot list the routes declared before
+ * the plugin through Fastify's public API, so each is refused at request time
+ * with FST_RRL_ROUTE_NOT_SEEN instead. Kept for code that compares with it.
+ */
 export const FST_RRL_ROUTES_BEFORE_PLUGIN = createError(
   'FST_RRL_ROUTES_BEFORE_PLUGIN',
   'Routes were declared before fastify-redis-rate-limit was loaded, so it cannot limit them: %s. Use `await app.register(rateLimit, ...)` before declaring routes',
+  500
+)
+
+/**
+ * Request time, logged once per route: a route of the plugin's context that its
+ * onRoute hook never saw (declared before the plugin loaded) is refused with a
+ * 500 rather than served unlimited. %s: the route.
+ */
+export const FST_RRL_ROUTE_NOT_SEEN = createError(
+  'FST_RRL_ROUTE_NOT_SEEN',
+  'Route %s was declared before fastify-redis-rate-limit loaded, so it has no rate limit and its requests are refused with 500. Declare routes after `await app.register(rateLimit, ...)` (see docs/routes.md)',
   500
 )
 
@@ -105,17 +122,19 @@ function warning (code: string, message: string): ReturnType<typeof processWarni
 }
 
 /**
- * Startup warning (once per process, like Fastify's own): `trustProxy: true`
- * trusts X-Forwarded-For from every peer, so any client can pick its own IP.
+ * Runtime warning (once per process): Fastify took request.ip from the
+ * X-Forwarded-For of a public peer, which is what `trustProxy: true` does for
+ * every peer: any client can pick its own IP. %s: the peer's address.
  */
-export const FST_RRL_TRUST_PROXY_TRUE = warning('FST_RRL_TRUST_PROXY_TRUE', 'Fastify trustProxy is true: X-Forwarded-For is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see docs/security.md)')
+export const FST_RRL_TRUST_PROXY_TRUE = warning('FST_RRL_TRUST_PROXY_TRUE', 'Fastify took request.ip from the X-Forwarded-For header of %s, a public address. With trustProxy: true the header is believed from every peer, so any client that reaches this server directly can choose the IP it is rate limited as. Trust only your proxies\' addresses, e.g. trustProxy: [\'10.0.0.0/8\'] (see docs/security.md)')
 
 /**
- * Runtime warning (once per process): a forwarding header reached a limited
- * route while trustProxy makes Fastify ignore it, so request.ip is the proxy
- * and every client behind it shares one limit. %s: the header, %s: the setting.
+ * Runtime warning (once per process): a forwarding header came from a
+ * loopback or private peer (a proxy, by its address) and Fastify ignored it,
+ * so request.ip is the proxy and every client behind it shares one limit.
+ * %s: the header, %s: the peer's address.
  */
-export const FST_RRL_FORWARDED_UNTRUSTED = warning('FST_RRL_FORWARDED_UNTRUSTED', 'A rate limited request arrived with %s, but Fastify trustProxy is %s: request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see docs/security.md, proxy trust)')
+export const FST_RRL_FORWARDED_UNTRUSTED = warning('FST_RRL_FORWARDED_UNTRUSTED', 'A rate limited request arrived with %s from %s, but Fastify did not take the client from it (trustProxy unset, false, a hop count, or not trusting that peer): request.ip is then your proxy\'s address, so every client behind it shares one rate limit. Set trustProxy to your proxies\' addresses or CIDRs, e.g. trustProxy: [\'10.0.0.0/8\'], or a function (see docs/security.md, proxy trust)')
 
 /**
  * Startup warning (once per process): two policies of one route whose names

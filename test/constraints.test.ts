@@ -158,14 +158,29 @@ test('an unconstrained route keeps its key, ban id and override id; one beside a
   t.equal(await redis.exists(`${prefix}:{GET:/v|ip=203.0.113.7}:SW60000`), 1, 'the unconstrained /v key is today\'s')
 })
 
-test('a constrained route declared before the plugin beside one declared after fails ready', async (t) => {
+test('a constrained route declared before the plugin is refused beside one declared after, which is limited', async (t) => {
   const app = Fastify()
   t.teardown(async () => { await app.close() })
   app.get('/api', { constraints: { host: A } }, ok)
   // Not awaited: Fastify runs the plugin later, after the second route is declared too.
   app.register(rateLimit, { store: 'memory', defaultLimit: { limit: 5, window: '1s' } })
   app.get('/api', { constraints: { host: B } }, ok)
-  await t.rejects(async () => { await app.ready() }, { code: 'FST_RRL_ROUTES_BEFORE_PLUGIN', message: /GET \/api \{"host":"a\.example\.com"\}/ })
+  await app.ready()
+  const early = await app.inject({ url: '/api', headers: { host: A } })
+  t.equal(early.statusCode, 500, 'the host A route, declared before the plugin, is refused')
+  t.equal(JSON.parse(early.body).code, 'FST_RRL_ROUTE_NOT_SEEN')
+  t.equal(await get(app, '/api', { host: B }), 500, 'the host B route was declared before the plugin ran too (not awaited)')
+
+  const mixed = Fastify()
+  t.teardown(async () => { await mixed.close() })
+  mixed.get('/api', { constraints: { host: A } }, ok)
+  await mixed.register(rateLimit, { store: 'memory', defaultLimit: { limit: 5, window: '1s' } })
+  mixed.get('/api', { constraints: { host: B } }, ok)
+  await mixed.ready()
+  t.equal(await get(mixed, '/api', { host: A }), 500, 'same method and URL, declared before: refused')
+  const late = await mixed.inject({ url: '/api', headers: { host: B } })
+  t.equal(late.statusCode, 200, 'declared after: served')
+  t.equal(late.headers['ratelimit-policy'], '"get-api";q=5;w=1', 'and limited by its block')
 
   const fine = Fastify()
   t.teardown(async () => { await fine.close() })
@@ -174,5 +189,6 @@ test('a constrained route declared before the plugin beside one declared after f
   fine.get('/api', { constraints: { host: /^b\./ } }, ok)
   fine.get('/api', ok)
   await fine.ready()
-  t.equal(fine.rateLimit.policies().length, 6, 'every route and HEAD twin seen, none reported')
+  t.equal(fine.rateLimit.policies().length, 6, 'every route and HEAD twin seen')
+  for (const host of [A, B, 'c.example.com']) t.equal(await get(fine, '/api', { host }), 200, `${host}: served`)
 })

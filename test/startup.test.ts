@@ -90,16 +90,28 @@ test('defaultLimit covers routes that declare nothing, and policies() says so', 
   t.match(own, { limit: { name: 'own', limit: 5, windowMs: 1000, burst: 2, algorithm: 'gcra', fromDefault: false, onRedisError: 'open' } })
 })
 
-test('routes declared before the plugin loaded fail ready instead of running unlimited', async (t) => {
-  const app = Fastify()
-  app.get('/early', ok)
+test('routes declared before the plugin loaded are refused with a coded 500, logged once per route, never served unlimited', async (t) => {
+  const lines: Array<{ level: number, msg: string, err?: { code?: string, message?: string } }> = []
+  const stream = { write: (line: string) => { lines.push(JSON.parse(line) as (typeof lines)[number]) } }
+  const app = Fastify({ logger: { level: 'error', stream } })
+  t.teardown(async () => { await app.close() })
+  let served = 0
+  app.get('/early', async () => { served++; return 'early' })
   // Not awaited: Fastify runs the plugin later, after /late is declared too.
   app.register(rateLimit, { store: 'memory', defaultLimit: { limit: 5, window: '1s' } })
-  app.post('/late', ok)
-  const error = await app.ready().then(() => undefined, (err: Error & { code?: string }) => err)
-  t.equal(error?.code, 'FST_RRL_ROUTES_BEFORE_PLUGIN')
-  t.match(error?.message, /GET \/early/)
-  t.match(error?.message, /POST \/late/)
+  app.post('/late', async () => { served++; return 'late' })
+  await app.ready()
+  for (const [method, url] of [['GET', '/early'], ['HEAD', '/early'], ['POST', '/late'], ['GET', '/early'], ['POST', '/late']] as const) {
+    const reply = await app.inject({ method, url })
+    t.equal(reply.statusCode, 500, `${method} ${url}: refused`)
+    t.notOk(reply.headers['ratelimit-policy'], `${method} ${url}: no limit applied`)
+    if (method !== 'HEAD') t.match(JSON.parse(reply.body), { status: 500, code: 'FST_RRL_ROUTE_NOT_SEEN' })
+  }
+  t.equal(served, 0, 'no handler ran')
+  const logged = lines.filter((line) => line.err?.code === 'FST_RRL_ROUTE_NOT_SEEN')
+  t.same(logged.map((line) => line.err?.message?.split(' was')[0]), ['Route GET /early', 'Route HEAD /early', 'Route POST /late'], 'once per route, naming it')
+  t.match(logged[0]?.err?.message, /await app\.register\(rateLimit/, 'and the fix')
+  t.equal((await app.inject('/missing')).statusCode, 404, 'a 404 is not refused')
 })
 
 test('an invalid route block fails startup with a coded error naming the route and field', async (t) => {

@@ -1,16 +1,10 @@
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
-import {
-  FST_RRL_INVALID_OPTION,
-  FST_RRL_MISSING_LIMIT,
-  FST_RRL_ROUTES_BEFORE_PLUGIN,
-  FST_RRL_TRUST_PROXY_TRUE
-} from '../errors.js'
+import { FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT } from '../errors.js'
 import { createApi, policyTable } from '../api/api.js'
 import { PolicyRegistry } from '../api/registry.js'
 import { loadMetrics, TELEMETRY_THREW } from '../diagnostics.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
-import { fastifyTrustProxy } from '../keys/ip.js'
-import { isPreflightCatchAll, partitionUnseen } from './preflight.js'
+import { isPreflightCatchAll, preflightDeclaredBefore } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from '../options/index.js'
 import {
   compileGlobals,
@@ -23,14 +17,15 @@ import {
 import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing } from '../policy/summary.js'
 import { limitNotFound } from './not-found.js'
 import { createRouteHook, type HookNext } from '../request/route-hook.js'
-import { markContexts, scopeMarker, seenRoute, unseenRoutes, type RouteEntry } from './route-table.js'
+import { guardUnseenRoutes, markRoute, routeMark, type RouteMark } from './route-guard.js'
 import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from '../runtime.js'
 import type { PolicySummary, RateLimitPluginOptions } from '../types/index.js'
 
 /*
  * The Fastify wiring of one registration: options resolved and startup
- * compiled at register, a decision hook attached to each route by onRoute,
- * and the ready-time checks (strict mode, routes declared before the plugin).
+ * compiled at register, a decision hook and this registration's mark attached
+ * to each route by onRoute, the guard against routes declared before the
+ * plugin (route-guard.ts), and the ready-time checks (strict mode).
  */
 
 function methodsOf (method: RouteOptions['method']): string[] {
@@ -59,11 +54,14 @@ interface PluginState {
   context: CompileContext
   globals: readonly CompiledBlock[]
   listing: Listing & { registry: PolicyRegistry }
-  /** Every route seen by onRoute, for the routes-before-plugin check. */
-  seen: RouteEntry[]
   /** Routes without any limit (strict mode fails ready() on them). */
   undeclared: string[]
-  scope: ReturnType<typeof scopeMarker>
+  /** This registration's mark on every route its onRoute saw. */
+  mark: RouteMark
+  /** Whether onRoute saw the CORS catch-all (else ready() asks the router). */
+  preflightSeen: boolean
+  /** `HEAD <url>/` label to `<url>` for each prefixed index route announced once for two router entries (keyUrl). */
+  indexPairs: Map<string, string>
 }
 
 /**
@@ -108,30 +106,56 @@ function attachHooks (route: RouteOptions, policy: CompiledPolicy, runtime: Plug
   if (runtime.redirectGuard !== undefined && !policy.allShadow) route.onSend = appended<unknown>(route.onSend, runtime.redirectGuard) as never
 }
 
+type AnnouncedRoute = RouteOptions & { prefix?: string, routePath?: string }
+
+/**
+ * The URL a route's keys carry. Keys name HEAD as GET on the same URL
+ * (routes.md: a HEAD shares its GET's bucket), but a prefixed index route's
+ * HEAD twin can be announced with another URL than its GET (route.js):
+ * - prefixTrailingSlash 'both' under `/api`: the GET is announced once, as
+ *   `/api`, and `/api/` added with the same options; the HEAD twin of that
+ *   second entry is announced on its own, as `/api/`;
+ * - 'slash' under a prefix ending in '/' (`/api/`): the GET is `/api//`, its
+ *   HEAD twin, a HEAD route of path '/', lands on `/api/`.
+ * Such a twin is keyed with its GET's URL.
+ */
+function keyUrl (pairs: Map<string, string>, route: AnnouncedRoute, constraints: string): string {
+  if (route.method === 'HEAD') return pairs.get(routeLabel('HEAD', route.url, constraints)) ?? route.url
+  if (!methodsOf(route.method).includes('GET') || (route.prefix ?? '') === '') return route.url
+  const trailing = route.prefixTrailingSlash ?? 'both'
+  if (route.routePath === '' && trailing === 'both' && !route.url.endsWith('/')) pairs.set(routeLabel('HEAD', route.url + '/', constraints), route.url)
+  if (route.routePath === '/' && trailing === 'slash' && route.url.endsWith('//')) pairs.set(routeLabel('HEAD', route.url.slice(0, -1), constraints), route.url)
+  return route.url
+}
+
 /** onRoute: compiles the route's block (or the defaultLimit) and attaches its hooks. */
-function limitRoute (state: PluginState, route: RouteOptions): void {
+function limitRoute (state: PluginState, route: AnnouncedRoute): void {
   const { options, listing } = state
   // Method, URL and constraints name a route: two hosts' routes on one URL are two routes (keys/constraints.ts).
   const constraints = constraintText(route.constraints)
-  for (const method of methodsOf(route.method)) state.seen.push(seenRoute(method, route.url, route.constraints))
+  // Every route seen, limited or not: the guard refuses only the unmarked.
+  markRoute(route, state.mark)
+  const url = keyUrl(state.indexPairs, route, constraints)
   const methodLabel = methodsOf(route.method).join(',')
   const row = { method: methodLabel, url: route.url, constraints: route.constraints }
   const config = route.config as Record<string, RateLimitPluginOptions['defaultLimit'] | false> | undefined
   const declared = config?.[options.configKey]
-  if (declared === false || (declared === undefined && isPreflightCatchAll(route.method, route.url))) {
+  const preflight = isPreflightCatchAll(route.method, route.url)
+  if (preflight) state.preflightSeen = true
+  if (declared === false || (declared === undefined && preflight)) {
     listUnlimited(listing, row)
     return
   }
   const block = declared ?? options.defaultLimit
   if (block === undefined && state.globals.length === 0) {
     // HEAD routes Fastify adds for a GET inherit its config: report the GET once.
-    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', route.url, constraints))) {
+    if (route.method !== 'HEAD' || !state.undeclared.includes(routeLabel('GET', url, constraints))) {
       state.undeclared.push(routeLabel(methodLabel, route.url, constraints))
     }
     return
   }
   const source = declared === undefined ? 'defaultLimit' : 'declared'
-  const policy = compilePolicy(block, { method: route.method, url: route.url, source, constraints }, state.context, state.globals)
+  const policy = compilePolicy(block, { method: route.method, url, source, constraints }, state.context, state.globals)
   // Fastify's automatic HEAD twin shares the GET's keys: only the GET answers to the block names.
   listPolicy(listing, row, policy, route.method === 'HEAD' ? [] : ownBlockNames(policy))
   attachHooks(route, policy, state.runtime)
@@ -144,17 +168,15 @@ function logPolicyTable (log: FastifyBaseLogger, summaries: PolicySummary[]): vo
   for (const row of rows) log.info(`rate limits: ${row}`)
 }
 
-/** onReady: strict mode, routes declared before the plugin, then metrics, the policy table, warm-up, overrides and bans. */
+/** onReady: strict mode, then metrics, the policy table, warm-up, overrides and bans. */
 async function checkAtReady (state: PluginState, instance: FastifyInstance): Promise<void> {
   const { fastify, options, runtime, listing } = state
   checkConfigKey(instance, options.configKey)
   if (state.undeclared.length > 0) {
     throw new FST_RRL_MISSING_LIMIT(options.configKey, options.configKey, state.undeclared.join(', '))
   }
-  const tree = fastify.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] })
-  const { preflight, others } = partitionUnseen(unseenRoutes(tree, state.seen, state.scope.name))
-  if (others.length > 0) throw new FST_RRL_ROUTES_BEFORE_PLUGIN(others.join(', '))
-  if (preflight.length > 0) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
+  // Routes declared before the plugin cannot be listed here (route-guard.ts refuses them at request time).
+  if (preflightDeclaredBefore(fastify, state.preflightSeen)) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
   if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
   if (options.printPolicies) logPolicyTable(fastify.log, listing.summaries)
   await runtime.store.warmUp(fastify.log)
@@ -170,10 +192,9 @@ function install (state: PluginState): void {
   }
   // A registration in a context below another one's finds the request decorator there already.
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
-  // Marks this context (and those below it) for the routes-before-plugin check at ready (routes.ts).
-  fastify.addHook('onTimeout', state.scope)
-  markContexts(fastify, state.scope)
   fastify.addHook('onRoute', (route) => { limitRoute(state, route) })
+  // Also reaches the routes this context declared before the plugin (route-guard.ts).
+  guardUnseenRoutes(fastify, state.mark)
   if (options.notFound !== undefined) {
     limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
   }
@@ -192,10 +213,8 @@ export async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimi
   const options = resolveOptions(input)
   checkConfigKey(fastify, options.configKey)
   const runtime = createRuntime(fastify, options)
-  // Every peer trusted: X-Forwarded-For is forgeable by anyone who reaches the server (warned once per process).
-  if (fastifyTrustProxy(fastify) === true) FST_RRL_TRUST_PROXY_TRUE()
   const context = compileContext(fastify, options, runtime)
   const { globals, registry } = compileStartup(options, context)
   const listing: PluginState['listing'] = { registry, summaries: [] }
-  install({ fastify, options, runtime, context, globals, listing, seen: [], undeclared: [], scope: scopeMarker() })
+  install({ fastify, options, runtime, context, globals, listing, undeclared: [], mark: routeMark(), preflightSeen: false, indexPairs: new Map() })
 }

@@ -46,19 +46,16 @@ export function canonicalClientIp (raw: string | undefined, ipv6Subnet = 64): st
   return typeof raw === 'string' ? canonicalIp(raw, ipv6Subnet) : undefined
 }
 
+/** The ranges proxies and load balancers usually connect from. */
+const LOCAL_RANGES = new Set(['loopback', 'private', 'linkLocal', 'uniqueLocal', 'carrierGradeNat'])
+
 /**
- * Fastify's `trustProxy` option as the instance was created with it. Fastify
- * does not expose it (`initialConfig` leaves it out), so this reads the options
- * object Fastify keeps under its `fastify.options` symbol, walking up from an
- * encapsulated child to the root. Undefined when it cannot be found.
+ * How a proxy-trust check reads a peer: 'local' for loopback, private,
+ * link-local, unique-local and carrier-grade NAT addresses (where proxies
+ * usually connect from), 'public' for every other address, undefined for a
+ * non-IP. IPv4-mapped IPv6 is read as IPv4.
  */
-export function fastifyTrustProxy (fastify: object): unknown {
-  for (let object: object | null = fastify; object !== null; object = Object.getPrototypeOf(object) as object | null) {
-    for (const symbol of Object.getOwnPropertySymbols(object)) {
-      if (symbol.description !== 'fastify.options') continue
-      const options = (object as Record<symbol, unknown>)[symbol]
-      if (options !== null && typeof options === 'object') return (options as { trustProxy?: unknown }).trustProxy
-    }
-  }
-  return undefined
+export function peerKind (raw: string | undefined): 'local' | 'public' | undefined {
+  if (raw === undefined || !ipaddr.isValid(raw)) return undefined
+  return LOCAL_RANGES.has(ipaddr.process(raw).range()) ? 'local' : 'public'
 }

@@ -230,7 +230,7 @@ export function createRouteHook (policy: CompiledPolicy, runtime: RouteRuntime):
   const screened = ctx.checks.length > 0
   const route = policy.route
   bans.watch(policy)
-  // proxy-check.ts: false once this route's server trusts its proxy or the warning was given
+  // proxy-check.ts: false once a request settled the proxy-trust case (a warning given, or a local proxy trusted)
   let checkProxy = true
 
   return function rateLimitHook (request: FastifyRequest, reply: FastifyReply, next: HookNext): void {

@@ -1,7 +1,7 @@
 import { test } from 'tap'
 import { createHash, createHmac } from 'node:crypto'
 import fc from 'fast-check'
-import Fastify, { type FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import { constraintText, routeLabel } from '../../lib/keys/constraints.js'
 import { compileIdentity, type IdentityPartSpec } from '../../lib/keys/identity.js'
 import { canonicalIp } from '../../lib/keys/ip.js'
@@ -21,7 +21,6 @@ function keySuffix (algorithm: AlgorithmName, windowMs: number, period?: Calenda
 import { DAY_MS, MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
 import { penaltyKey } from '../../lib/store/port.js'
 import { parseWindow } from '../../lib/policy/duration.js'
-import { parseRouteTree, seenRoute } from '../../lib/fastify/route-table.js'
 import { crc16, keySlot } from '../../lib/store/redis/cluster-slots.js'
 
 /** Redis Cluster's hash tag rule: the text between the first `{` and the next `}`, if non-empty. */
@@ -115,20 +114,6 @@ test('property: distinct (route, identity) pairs never share a key, and keys sta
   t.not(fullKey('GET', '/a|u=b', 'u=c', 'SW1'), fullKey('GET', '/a', 'u=b|u=c', 'SW1'))
 })
 
-test('the route table parser reads Fastify printRoutes output', async (t) => {
-  const printed = [
-    '├── /orders (GET, HEAD)',
-    '│   └── /:id (GET, HEAD)',
-    '│       └── /items (POST)',
-    '├── /v (GET, HEAD) {"version":"1.0.0"}',
-    '└── /p/orders/:id (PUT)',
-    ''
-  ].join('\n')
-  t.same(parseRouteTree(printed).map((e) => `${e.method} ${e.url}`), [
-    'GET /orders', 'HEAD /orders', 'GET /orders/:id', 'HEAD /orders/:id', 'POST /orders/:id/items', 'GET /v', 'HEAD /v', 'PUT /p/orders/:id'
-  ])
-})
-
 test('a route\'s constraints: one stable text, hashed into a bounded segment; without any the segment is as it was', async (t) => {
   for (const none of [undefined, null, {}, { host: undefined }, 'x']) t.equal(constraintText(none), '', `${JSON.stringify(none) ?? 'undefined'}: no constraints`)
   t.equal(constraintText({ version: '1.0.0', host: 'a' }), '{"host":"a","version":"1.0.0"}', 'keys sorted')
@@ -148,22 +133,6 @@ test('a route\'s constraints: one stable text, hashed into a bounded segment; wi
     return Buffer.byteLength(constrained) <= 44 && constrained !== routeSegment('GET', url) && constrained.includes('%') &&
       (constrained.startsWith('%H') || constrained.includes('%C'))
   }), { numRuns: 500 })
-})
-
-test('the route table parser reads routes that share a URL under different constraints', async (t) => {
-  const app = Fastify()
-  t.teardown(async () => { await app.close() })
-  const ok = async (): Promise<string> => 'ok'
-  const declared = [{ host: 'a.example.com' }, { host: /^b\./ }, undefined]
-  for (const constraints of declared) app.get('/api', constraints === undefined ? {} : { constraints }, ok)
-  app.get('/api/x', { constraints: { version: '1.0.0' } }, ok)
-  app.addHook('onTimeout', async function timeoutMarker () {})
-  await app.ready()
-  const labels = (entries: ReturnType<typeof parseRouteTree>) => entries.map((e) => routeLabel(e.method, e.url, e.constraints))
-  const table = parseRouteTree(app.printRoutes({ commonPrefix: false, includeMeta: ['onTimeout'] }))
-  const seen = [...declared.map((constraints) => seenRoute('GET', '/api', constraints)), seenRoute('GET', '/api/x', { version: '1.0.0' })]
-  t.same(labels(table.filter((e) => e.method === 'GET')), labels(seen), 'every route read, with its constraints, as onRoute announced it')
-  t.same(labels(seen), ['GET /api {"host":"a.example.com"}', 'GET /api {"host":"/^b\\\\./"}', 'GET /api', 'GET /api/x {"version":"1.0.0"}'])
 })
 
 const HOSTILE_VALUES = ['{', '}', '{}', '}{', '{a}', 'a}x', '\r\n', 'a\r\nX-Evil: 1', '\0', 'a\0b', '☃', '{☃}', 'x'.repeat(8192), 'sk_' + '{k}'.repeat(2730), '|', ',', '=', '~', '%H', 'u=x', 'ip=1.2.3.4', 'a,b', '']

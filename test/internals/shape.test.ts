@@ -11,7 +11,7 @@ import ts from 'typescript'
  */
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
-const MAX_FILE_LINES = 300
+const MAX_FILE_LINES = 500
 const MAX_FUNCTION_LINES = 60
 
 function files (dir: string, ext: string): string[] {
@@ -57,7 +57,7 @@ function luaFunctions (path: string): Array<{ name: string, lines: number }> {
   return out
 }
 
-test('every lib/ file fits in 300 lines and every function in 60', async (t) => {
+test('every lib/ file fits in 500 lines and every function in 60', async (t) => {
   const sources = files(join(root, 'lib'), '.ts')
   t.ok(sources.length > 40, `${sources.length} files`)
   for (const path of sources) {

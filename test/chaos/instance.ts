@@ -60,7 +60,8 @@ setInterval(() => {
   expected = now + 10
 }, 10).unref()
 function lagBetween (from: number, to: number): number {
-  let max = 0
+  // A stall that ends in the turn that records a request has no sample yet: the tick it delays is still due.
+  let max = Math.max(0, realNow() - expected)
   for (const [at, ms] of lags) if (at >= from && at - ms <= to + 10 && ms > max) max = ms
   return max
 }

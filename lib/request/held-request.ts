@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { CompiledPolicy } from '../policy/policy.js'
-import type { Ending } from './end-of-request.js'
+import { endNow, type Ending } from './end-of-request.js'
 import type { RouteRuntime } from './route-hook.js'
 import { retryAfterSeconds } from '../decide/decision-math.js'
 import type { RateLimitDecision } from '../types/index.js'
@@ -13,7 +13,8 @@ import type { RateLimitDecision } from '../types/index.js'
  * client leaves, the end of the request gives back what it charged
  * (end-of-request.ts abandoned); if the plugin closes, it is answered 503
  * through the route's refusal path (Retry-After: the time its turn was
- * still away) and gives back the same way.
+ * still away) and gives back the same way, sent at once (endNow) so the
+ * plugin's close awaits it before the client closes.
  */
 
 /** Resolves false at the turn (go on), true when the request ended without going on; rejects with a refusal thrown for the error handler. */
@@ -35,6 +36,7 @@ export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntim
       resolve(false)
     }, () => {
       raw.off('close', left)
+      endNow(ending, request, reply, runtime)
       const retryAfter = retryAfterSeconds(Math.max(1, turnAt - performance.now()))
       try {
         runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })

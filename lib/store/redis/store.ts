@@ -72,6 +72,11 @@ export class RedisStore implements Store {
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
   #log: StartupLog | undefined
+  /** Aborted by drain(): pauses before a slot call's retry end, and no later retry starts. */
+  readonly #draining = new AbortController()
+  /** adjustSlots calls not ended yet (a pause between tries has nothing in the dispatcher). */
+  #slotCalls = 0
+  #slotCallsEnded: Array<() => void> = []
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
@@ -131,13 +136,19 @@ export class RedisStore implements Store {
    * fails the lease reclaims the slots.
    */
   async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.adjust(entries)
-      } catch (error) {
-        if (attempt >= RELEASE_TRIES) throw error
-        await delay(this.#retryMs * attempt, undefined, { ref: false })
+    this.#slotCalls++
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.adjust(entries)
+        } catch (error) {
+          // Closing: the try after a pause cut short is the last (drain() waits for it, bounded by timeout).
+          if (attempt >= RELEASE_TRIES || (this.#draining.signal.aborted && attempt > 1)) throw error
+          if (!this.#draining.signal.aborted) await delay(this.#retryMs * attempt, undefined, { ref: false, signal: this.#draining.signal }).catch(() => {})
+        }
       }
+    } finally {
+      if (--this.#slotCalls === 0) for (const resolve of this.#slotCallsEnded.splice(0)) resolve()
     }
   }
 
@@ -187,6 +198,17 @@ export class RedisStore implements Store {
       onMessage: (message) => { if (message.startsWith(prefix)) onWake(message.slice(prefix.length)) },
       onReady: onGap
     })
+  }
+
+  /** See Store.drain: the queue leaves now, then every call (retries, abandoned releases) ends within its timeout. */
+  async drain (): Promise<void> {
+    this.#draining.abort()
+    this.#dispatcher.flushNow()
+    for (;;) {
+      if (this.#dispatcher.pending > 0) await this.#dispatcher.whenIdle()
+      else if (this.#slotCalls > 0) await new Promise<void>((resolve) => { this.#slotCallsEnded.push(resolve) })
+      else return
+    }
   }
 
   close (): void {}

@@ -1,0 +1,198 @@
+import { test, type Test } from 'tap'
+import { readFileSync } from 'node:fs'
+import { performance } from 'node:perf_hooks'
+import { request } from 'undici'
+import Fastify, { type FastifyInstance } from 'fastify'
+import fastifyRedis from '@fastify/redis'
+import { Redis } from 'ioredis'
+import { createClient as createNodeRedis } from 'redis'
+import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
+import { TestClock } from './helpers/app.js'
+import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { RECOMMENDED_OPTIONS, waitFor } from './helpers/topologies.js'
+import { within } from './helpers/doc-blocks.js'
+
+/*
+ * app.close() of a listening instance, for each documented wiring of its
+ * client: @fastify/redis (which quits in its own onClose, after the
+ * plugin's), the app's own ioredis client quit in an onClose hook registered
+ * before the plugin (README), and node-redis closed the same way
+ * (docs/clients.md). At close the instance holds delayed requests and
+ * schedule() calls, has a request waiting for a slot and one running in it;
+ * another instance has a waiter behind it. Every held or waiting request is
+ * answered 503 as close begins, close() ends once the running request has,
+ * and Redis, read afterwards, holds nothing of the closed instance's: its
+ * held turns are given back, its waiter left the queue, and the other
+ * instance's waiter starts.
+ *
+ * Both instances run on one frozen test clock: turns are whole multiples of
+ * the window, and a lease never runs out, so the other waiter can start only
+ * because the closed instance's entry left the queue (not after its lease).
+ * Wall-clock bounds are hang guards sized for a loaded 2-core machine; the
+ * figures seen are reported with t.comment.
+ */
+
+const read = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8')
+
+type Options = RateLimitPluginOptions & { clock: () => number }
+
+interface Wiring {
+  name: string
+  build: (url: string, options: Options) => Promise<FastifyInstance>
+}
+
+const reconnectStrategy = (n: number): number => Math.min(n * 50, 200)
+
+const WIRINGS: Wiring[] = [
+  {
+    name: '@fastify/redis (quits in its onClose, after the plugin\'s)',
+    build: async (url, options) => {
+      const app = Fastify()
+      await app.register(fastifyRedis, { url, ...RECOMMENDED_OPTIONS })
+      await app.register(rateLimit, options)
+      return app
+    }
+  },
+  {
+    name: 'the app\'s own ioredis client, quit() in an onClose hook registered before the plugin (README)',
+    build: async (url, options) => {
+      const app = Fastify()
+      const redis = new Redis(url, RECOMMENDED_OPTIONS)
+      redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
+      app.addHook('onClose', async () => { await redis.quit().catch(() => { redis.disconnect() }) })
+      await app.register(rateLimit, { redis, ...options })
+      return app
+    }
+  },
+  {
+    name: 'node-redis createClient, close() in an onClose hook registered before the plugin (docs/clients.md)',
+    build: async (url, options) => {
+      const app = Fastify()
+      const redis = createNodeRedis({ url, disableOfflineQueue: true, socket: { reconnectStrategy } })
+      redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
+      await redis.connect()
+      app.addHook('onClose', async () => { await redis.close() })
+      await app.register(rateLimit, { redis, ...options })
+      return app
+    }
+  }
+]
+
+interface Answer { status: number, retryAfter: string | undefined, at: number }
+
+async function get (base: string, path: string, id: string, tag = id): Promise<Answer> {
+  const res = await request(`${base}${path}`, { headers: { 'x-id': id, 'x-tag': tag } })
+  await res.body.text()
+  return { status: res.statusCode, retryAfter: res.headers['retry-after'] as string | undefined, at: performance.now() }
+}
+
+/** The routes both instances declare: a shaping block (held turns) and a concurrency block with `wait`, its handler gated by the test. */
+function declareRoutes (app: FastifyInstance, gates: Map<string, () => void>, starts: Map<string, number>): void {
+  app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
+  app.get('/slot', { config: { rateLimit: { concurrency: 1, wait: '8s', by: 'header:x-id' } } }, async (req) => {
+    const tag = String(req.headers['x-tag'])
+    starts.set(tag, performance.now())
+    await new Promise<void>((resolve) => { gates.set(tag, resolve) })
+    return 'done'
+  })
+}
+
+/** The limit with slack: the 503s are written before any Redis call of the close, so they come in milliseconds; 1 s absorbs a loaded machine. */
+const ANSWERED_WITHIN_MS = 1000
+
+async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
+  const server = await getRedis()
+  const prefix = uniquePrefix('close')
+  const inspector = createClient(server)
+  const clock = new TestClock()
+  const options: Options = { prefix, clock: clock.read }
+  const gates = new Map<string, () => void>()
+  const starts = new Map<string, number>()
+  const open = (tag: string): void => { gates.get(tag)?.(); gates.delete(tag) }
+  const a = await wiring.build(server.url, options)
+  declareRoutes(a, gates, starts)
+  const other = createClient(server, RECOMMENDED_OPTIONS)
+  const b = Fastify()
+  await b.register(rateLimit, { redis: other, ...options })
+  declareRoutes(b, gates, starts)
+  let aClosed = false
+  cleanUpPrefix(t, inspector, prefix, async () => {
+    for (const tag of [...gates.keys()]) open(tag)
+    if (!aClosed) await a.close()
+    await b.close()
+    other.disconnect()
+  })
+  const baseA = await a.listen({ port: 0, host: '127.0.0.1' })
+  const baseB = await b.listen({ port: 0, host: '127.0.0.1' })
+
+  // A runs the holder; its waiter, then B's, queue behind it (one ms apart on the test clock).
+  const holder = get(baseA, '/slot', 'w', 'holder')
+  await waitFor('the holder runs', () => starts.has('holder'))
+  const waiterA = get(baseA, '/slot', 'w', 'waiter-a')
+  await waitFor('A\'s waiter waits', () => a.rateLimit.stats().waiting === 1)
+  clock.advance(1)
+  const waiterB = get(baseB, '/slot', 'w', 'waiter-b')
+  await waitFor('B\'s waiter waits', () => b.rateLimit.stats().waiting === 1)
+  const queueKey = (await inspector.keys(`${prefix}*`)).find((key) => key.endsWith('ccq')) as string
+  const queue = await inspector.zrange(queueKey, '0', '-1')
+  t.equal(queue.length, 2, 'two waiters in the fleet\'s queue')
+  const entryOfA = queue[0] as string
+
+  // A holds three requests at turns 10, 20 and 30 s away, and two schedule() calls.
+  t.equal((await get(baseA, '/held', 'h')).status, 200, 'the first is admitted now')
+  const held = [1, 2, 3].map(async () => await get(baseA, '/held', 'h'))
+  t.equal((await a.rateLimit.consume('GET /held', { headers: { 'x-id': 's' } })).allowed, true)
+  const scheduled = [1, 2].map(async () => await a.rateLimit.schedule('GET /held', { headers: { 'x-id': 's' } }).then(() => 'went on', (error: { code?: string }) => error.code))
+  await waitFor('five held', () => a.rateLimit.stats().held === 5)
+
+  const closeAt = performance.now()
+  const closing = a.close().then(() => { aClosed = true })
+  const answers = await within(Promise.all([waiterA, ...held]), 10_000, 'the held and waiting requests\' answers')
+  const slowest = Math.max(...answers.map((answer) => answer.at - closeAt))
+  t.comment(`${wiring.name}: held and waiting requests answered ${slowest.toFixed(0)} ms after close began`)
+  t.same(answers.map((answer) => answer.status), [503, 503, 503, 503], 'the waiter and the three held requests: 503')
+  t.equal(answers[0]?.retryAfter, '1', 'the waiter: Retry-After 1')
+  t.ok(answers.slice(1).every((answer) => Number(answer.retryAfter) >= 1), 'a held request: with Retry-After')
+  t.ok(slowest < ANSWERED_WITHIN_MS, `all answered as close began (${slowest.toFixed(0)} ms)`)
+  t.same(await within(Promise.all(scheduled), 5000, 'schedule()'), ['FST_RRL_LIMITER_UNAVAILABLE', 'FST_RRL_LIMITER_UNAVAILABLE'], 'schedule() calls rejected')
+  t.equal(aClosed, false, 'close() waits for the request running in the slot')
+
+  const endAt = performance.now()
+  open('holder')
+  t.equal((await holder).status, 200, 'the running request finishes')
+  await within(closing, 5000, 'close()')
+  const closeMs = performance.now() - endAt
+  t.comment(`close() resolved ${closeMs.toFixed(0)} ms after the running request's handler returned`)
+  t.ok(closeMs < 2000, 'close() ends promptly once the running request has')
+  t.equal(a.rateLimit.stats().delayAborted, 5, 'delayAborted counts the held requests and schedule() calls given back')
+
+  // Redis afterwards: nothing of A's left.
+  t.equal(await inspector.zscore(queueKey, entryOfA), null, 'A\'s waiter left the fleet\'s queue')
+  const startMs = await waitFor('B\'s waiter starts', () => starts.has('waiter-b'), 5000, 5)
+  t.comment(`B's waiter started ${startMs} ms after close() resolved (its lease never runs out on the frozen clock)`)
+  for (const id of ['h', 's']) {
+    const next = await b.rateLimit.consume('GET /held', { headers: { 'x-id': id } })
+    t.same([next.allowed, next.retryAfterMs], [false, 10_000], `${id}: the turns A held are given back: B's next turn is the one after the single admitted request (40 s without the give-backs)`)
+  }
+  open('waiter-b')
+  t.equal((await waiterB).status, 200, 'B\'s waiter admitted')
+  t.equal(await inspector.zcard(queueKey), 0, 'the queue is empty')
+}
+
+for (const wiring of WIRINGS) {
+  test(`close with a listening server, ${wiring.name}: held and waiting requests answered 503 as close begins, their give-backs and queue leaves land in Redis`, async (t) => {
+    await closeWhileListening(t, wiring)
+  })
+}
+
+test('the documented own-client wirings close their client gracefully, in an onClose hook registered before the plugin', async (t) => {
+  const readme = read('README.md')
+  const clients = read('docs/clients.md')
+  const hookBefore = (text: string, close: string): boolean => {
+    const hook = text.indexOf(`app.addHook('onClose', async () => { ${close}`)
+    return hook >= 0 && text.indexOf('await app.register(rateLimit, { redis', hook) > hook
+  }
+  t.ok(hookBefore(readme, 'await redis.quit()'), 'README: ioredis quit()')
+  t.ok(hookBefore(clients, 'await redis.close()'), 'docs/clients.md: node-redis close()')
+  t.notMatch(readme + clients, /async \(\) => \{ redis\.(disconnect|destroy)\(\)/, 'no hook drops pending commands')
+})

@@ -1,5 +1,4 @@
 import { test, type Test } from 'tap'
-import { readFileSync } from 'node:fs'
 import { performance } from 'node:perf_hooks'
 import { request } from 'undici'
 import Fastify, { type FastifyInstance } from 'fastify'
@@ -8,9 +7,9 @@ import { Redis } from 'ioredis'
 import { createClient as createNodeRedis } from 'redis'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
 import { TestClock } from './helpers/app.js'
-import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
 import { RECOMMENDED_OPTIONS, waitFor } from './helpers/topologies.js'
-import { within } from './helpers/doc-blocks.js'
+import { codeBlocks, within } from './helpers/doc-blocks.js'
 
 /*
  * app.close() of a listening instance, for each documented wiring of its
@@ -31,8 +30,6 @@ import { within } from './helpers/doc-blocks.js'
  * Wall-clock bounds are hang guards sized for a loaded 2-core machine; the
  * figures seen are reported with t.comment.
  */
-
-const read = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8')
 
 type Options = RateLimitPluginOptions & { clock: () => number }
 
@@ -186,13 +183,32 @@ for (const wiring of WIRINGS) {
 }
 
 test('the documented own-client wirings close their client gracefully, in an onClose hook registered before the plugin', async (t) => {
-  const readme = read('README.md')
-  const clients = read('docs/clients.md')
-  const hookBefore = (text: string, close: string): boolean => {
-    const hook = text.indexOf(`app.addHook('onClose', async () => { ${close}`)
-    return hook >= 0 && text.indexOf('await app.register(rateLimit, { redis', hook) > hook
+  const own = codeBlocks().filter((block) => block.excerptOf === undefined && ['README.md', 'docs/clients.md'].includes(block.file) && /new Redis\(|createClient\(/.test(block.code))
+  t.ok(own.length >= 3, `${own.length} blocks make their own client (README's CommonJS and Quick Start, docs/clients.md's node-redis)`)
+  for (const { file, line, code } of own) {
+    const hook = code.indexOf('app.addHook(\'onClose\'')
+    const plugin = code.search(/await app\.register\((rateLimit|fastifyRedisRateLimit),/)
+    t.ok(hook >= 0 && plugin > hook, `${file} line ${line}: the client's onClose hook is registered before the plugin`)
+    const closing = code.slice(hook, code.indexOf('\n', hook))
+    t.match(closing, /await redis\.(quit|close)\(\)/, `${file} line ${line}: it closes gracefully (${closing.trim()})`)
   }
-  t.ok(hookBefore(readme, 'await redis.quit()'), 'README: ioredis quit()')
-  t.ok(hookBefore(clients, 'await redis.close()'), 'docs/clients.md: node-redis close()')
-  t.notMatch(readme + clients, /async \(\) => \{ redis\.(disconnect|destroy)\(\)/, 'no hook drops pending commands')
+})
+
+test('the README\'s own-client wiring with Redis absent: close() ends at once and stops the reconnecting client', async (t) => {
+  const redis = new Redis({ host: '127.0.0.1', port: await freePort(), ...RECOMMENDED_OPTIONS })
+  let attempts = 0
+  redis.on('error', () => { attempts++ })
+  const app = Fastify()
+  app.addHook('onClose', async () => { await redis.quit().catch(() => { redis.disconnect() }) })
+  await app.register(rateLimit, { redis, prefix: uniquePrefix('absent') })
+  app.get('/x', { config: { rateLimit: { limit: 1, window: '1m' } } }, async () => 'ok')
+  await within(app.ready(), 5000, 'ready()')
+  t.equal((await app.inject({ url: '/x' })).statusCode, 200, 'fail-open while Redis is absent')
+  const started = performance.now()
+  await within(app.close(), 5000, 'close()')
+  t.comment(`close() took ${(performance.now() - started).toFixed(0)} ms`)
+  const after = attempts
+  // It tried every 200 ms at most while it reconnected: twice that is enough to see one more.
+  await new Promise((resolve) => setTimeout(resolve, 400))
+  t.equal(attempts, after, 'quit() could not be sent; disconnect() stopped the reconnecting (no connection attempt since)')
 })

@@ -7,7 +7,10 @@ import { Redis } from 'ioredis'
 import { createClient as createNodeRedis } from 'redis'
 import rateLimit, { type RateLimitPluginOptions } from '../lib/index.js'
 import { TestClock } from './helpers/app.js'
-import { cleanUpPrefix, createClient, freePort, getRedis, uniquePrefix } from './helpers/redis.js'
+import { cleanUpPrefix, createClient, freePort, getRedis, privateRedis, uniquePrefix } from './helpers/redis.js'
+import { Holds } from '../lib/decide/holds.js'
+import { Waiters } from '../lib/decide/waiters.js'
+import { PendingWork } from '../lib/util/pending-work.js'
 import { RECOMMENDED_OPTIONS, waitFor } from './helpers/topologies.js'
 import { codeBlocks, within } from './helpers/doc-blocks.js'
 
@@ -211,4 +214,60 @@ test('the README\'s own-client wiring with Redis absent: close() ends at once an
   // It tried every 200 ms at most while it reconnected: twice that is enough to see one more.
   await new Promise((resolve) => setTimeout(resolve, 400))
   t.equal(attempts, after, 'quit() could not be sent; disconnect() stopped the reconnecting (no connection attempt since)')
+})
+
+test('close with Redis hung (SIGSTOP): the held requests are answered at once and the plugin\'s close waits for its give-backs no longer than their timeout', async (t) => {
+  const { server } = await privateRedis(t)
+  const redis = new Redis(server.url, RECOMMENDED_OPTIONS)
+  redis.on('error', () => {})
+  const app = Fastify()
+  let pluginClosedAt = 0
+  // Registered before the plugin: it runs once the plugin's onClose has returned.
+  app.addHook('onClose', async () => { pluginClosedAt = performance.now(); redis.disconnect() })
+  await app.register(rateLimit, { redis, prefix: uniquePrefix('hung') })
+  app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
+  const base = await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(async () => { server.resume(); await app.close() })
+  t.equal((await get(base, '/held', 'h')).status, 200)
+  const held = [1, 2].map(async () => await get(base, '/held', 'h'))
+  await waitFor('two held', () => app.rateLimit.stats().held === 2)
+  server.pause()
+  const closeAt = performance.now()
+  await within(app.close(), 5000, 'close()')
+  const answers = await Promise.all(held)
+  t.same(answers.map((answer) => answer.status), [503, 503], 'answered 503')
+  const tookMs = pluginClosedAt - closeAt
+  t.comment(`the plugin's close took ${tookMs.toFixed(0)} ms with Redis silent (timeout 50 ms)`)
+  // Each give-back is abandoned after 50 ms of silence; 1 s is a hang guard for a loaded machine.
+  t.ok(tookMs < 1000, `bounded by the timeout (${tookMs.toFixed(0)} ms)`)
+  t.equal(app.rateLimit.stats().delayAborted, 0, 'nothing counted as given back: Redis never answered')
+})
+
+test('a request held or queued by a decision that returns after close began is closed at once; close awaits work added while it waits', async (t) => {
+  const holds = new Holds(10)
+  holds.closeAll()
+  const ends: string[] = []
+  holds.hold(60_000, () => { ends.push('turn') }, () => { ends.push('closed') })
+  const cancelled = holds.hold(60_000, () => { ends.push('turn 2') }, () => { ends.push('closed 2') })
+  cancelled()
+  const waiters = new Waiters(60_000, () => undefined)
+  await waiters.closeAll()
+  waiters.add(['k'], 0, () => { ends.push('poll') }, () => { ends.push('waiter closed') })
+  await Promise.resolve()
+  t.same(ends, ['closed', 'waiter closed'], 'answered at once, never at a turn or a poll; a cancelled one not at all')
+  t.equal(holds.size, 0)
+  t.equal(waiters.size, 0)
+
+  const work = new PendingWork()
+  const order: string[] = []
+  work.add(new Promise<void>((resolve) => setTimeout(() => {
+    order.push('first')
+    // Started by the first's answer, as a waiter's leave after its poll.
+    work.add(new Promise<void>((resolve) => setTimeout(() => { order.push('second'); resolve() }, 10)))
+    resolve()
+  }, 10)))
+  work.add(Promise.reject(new Error('a failure the caller handles')).catch(() => {}))
+  await work.settled()
+  t.same(order, ['first', 'second'], 'settled() waited for both')
+  t.equal(work.size, 0)
 })

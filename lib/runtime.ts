@@ -162,10 +162,12 @@ export async function settleAtClose (runtime: PluginRuntime, log: FastifyBaseLog
   const guardMs = Math.max(1000, CLOSE_GUARD_TIMEOUTS * runtime.timeout)
   const { pendingWork, store } = runtime
   const outcome = await awaitWithin((async () => {
-    // Work may start from a store answer (a waiter's leave after its poll): until both are quiet.
+    // drain() first: it ends the pauses before slot retries at once. Work may start from a store
+    // answer (a waiter's leave after its poll): until both are quiet.
     do {
+      const drained = store.drain()
       await pendingWork.settled()
-      await store.drain()
+      await drained
     } while (pendingWork.size > 0)
   })(), guardMs, 'the plugin\'s close')
   if (!outcome.ok) log.warn({ err: new FST_RRL_REDIS_UNAVAILABLE(`Redis work still pending ${guardMs} ms into close`) }, 'rate limit close: not every give-back, queue leave or slot release was answered; leases reclaim what is left')

@@ -17,6 +17,18 @@ import type { RateLimitDecision } from '../types/index.js'
  * plugin's close awaits it before the client closes.
  */
 
+/**
+ * Refuses a request the plugin answers at close (held, or waiting for a slot)
+ * with 503, and `Connection: close`: Fastify's server.close() reaps only the
+ * connections idle at that moment, and this reply, sent in preClose, may
+ * still be on its way then; kept alive, its connection would hold close()
+ * for the server's keepAliveTimeout (72 s by default).
+ */
+export function refuseAtClose (runtime: RouteRuntime, request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retryAfter: number, decision: RateLimitDecision): void {
+  if (request.raw.httpVersionMajor !== 2) reply.header('connection', 'close')
+  runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
+}
+
 /** Resolves false at the turn (go on), true when the request ended without going on; rejects with a refusal thrown for the error handler. */
 export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number): Promise<boolean> {
   const { policy, runtime } = ctx
@@ -39,7 +51,7 @@ export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntim
       endNow(ending, request, reply, runtime)
       const retryAfter = retryAfterSeconds(Math.max(1, turnAt - performance.now()))
       try {
-        runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
+        refuseAtClose(runtime, request, reply, policy, retryAfter, decision)
         resolve(true)
       } catch (error) {
         reject(error)

@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks'
 import { WAKE_CHANNEL } from '../../kinds/concurrency/lease.js'
-import { setTimeout as delay } from 'node:timers/promises'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
@@ -72,8 +71,10 @@ export class RedisStore implements Store {
   /** The pause before a slot call is tried again (× the try number). */
   readonly #retryMs: number
   #log: StartupLog | undefined
-  /** Aborted by drain(): pauses before a slot call's retry end, and no later retry starts. */
-  readonly #draining = new AbortController()
+  /** Set by drain(): pauses before a slot call's retry end at once, and no later retry starts. */
+  #draining = false
+  /** Pauses before a slot call's retry, each ended by its function (drain() ends them all). */
+  readonly #pauses = new Set<() => void>()
   /** adjustSlots calls not ended yet (a pause between tries has nothing in the dispatcher). */
   #slotCalls = 0
   #slotCallsEnded: Array<() => void> = []
@@ -143,8 +144,8 @@ export class RedisStore implements Store {
           return await this.adjust(entries)
         } catch (error) {
           // Closing: the try after a pause cut short is the last (drain() waits for it, bounded by timeout).
-          if (attempt >= RELEASE_TRIES || (this.#draining.signal.aborted && attempt > 1)) throw error
-          if (!this.#draining.signal.aborted) await delay(this.#retryMs * attempt, undefined, { ref: false, signal: this.#draining.signal }).catch(() => {})
+          if (attempt >= RELEASE_TRIES || (this.#draining && attempt > 1)) throw error
+          if (!this.#draining) await this.#pause(this.#retryMs * attempt)
         }
       }
     } finally {
@@ -200,9 +201,23 @@ export class RedisStore implements Store {
     })
   }
 
+  /** A pause that drain() can end (an AbortSignal per pause would warn past ten listeners in an outage). */
+  #pause (ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const end = (): void => {
+        clearTimeout(timer)
+        this.#pauses.delete(end)
+        resolve()
+      }
+      const timer = setTimeout(end, ms).unref()
+      this.#pauses.add(end)
+    })
+  }
+
   /** See Store.drain: the queue leaves now, then every call (retries, abandoned releases) ends within its timeout. */
   async drain (): Promise<void> {
-    this.#draining.abort()
+    this.#draining = true
+    for (const end of [...this.#pauses]) end()
     this.#dispatcher.flushNow()
     for (;;) {
       if (this.#dispatcher.pending > 0) await this.#dispatcher.whenIdle()

@@ -20,12 +20,13 @@ import { codeBlocks, within } from './helpers/doc-blocks.js'
  * plugin's), the app's own ioredis client quit in an onClose hook registered
  * before the plugin (README), and node-redis closed the same way
  * (docs/clients.md). At close the instance holds delayed requests and
- * schedule() calls, has a request waiting for a slot and one running in it;
- * another instance has a waiter behind it. Every held or waiting request is
- * answered 503 as close begins, close() ends once the running request has,
- * and Redis, read afterwards, holds nothing of the closed instance's: its
- * held turns are given back, its waiter left the queue, and the other
- * instance's waiter starts.
+ * schedule() calls, has a request waiting for a slot and one running in it,
+ * and one running whose settle answers late; another instance has a waiter
+ * behind it. Every held or waiting request is answered 503 as close begins,
+ * close() ends once the running requests have, and Redis, read afterwards,
+ * holds nothing of the closed instance's: its held turns are given back, its
+ * waiter left the queue, the late settle landed, and the other instance's
+ * waiter starts.
  *
  * Both instances run on one frozen test clock: turns are whole multiples of
  * the window, and a lease never runs out, so the other waiter can start only
@@ -96,6 +97,14 @@ async function get (base: string, path: string, id: string, tag = id, connection
 /** The routes both instances declare: a shaping block (held turns) and a concurrency block with `wait`, its handler gated by the test. */
 function declareRoutes (app: FastifyInstance, gates: Map<string, () => void>, starts: Map<string, number>): void {
   app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
+  // A settle that answers late (an LLM's token count): the end of a request that ran through close.
+  const settle = async (): Promise<number> => await new Promise((resolve) => setTimeout(() => { resolve(3) }, 20))
+  app.get('/settle', { config: { rateLimit: { algorithm: 'fixed-window', limit: 10, window: '1h', by: 'header:x-id', settle } } }, async (req) => {
+    const tag = String(req.headers['x-tag'])
+    starts.set(tag, performance.now())
+    await new Promise<void>((resolve) => { gates.set(tag, resolve) })
+    return 'done'
+  })
   app.get('/slot', { config: { rateLimit: { concurrency: 1, wait: '8s', by: 'header:x-id' } } }, async (req) => {
     const tag = String(req.headers['x-tag'])
     starts.set(tag, performance.now())
@@ -134,7 +143,8 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
 
   // A runs the holder; its waiter, then B's, queue behind it (one ms apart on the test clock).
   const holder = get(baseA, '/slot', 'w', 'holder', 'close')
-  await waitFor('the holder runs', () => starts.has('holder'))
+  const settling = get(baseA, '/settle', 'q', 'settling', 'close')
+  await waitFor('the holder and the settling request run', () => starts.has('holder') && starts.has('settling'))
   const waiterA = get(baseA, '/slot', 'w', 'waiter-a')
   await waitFor('A\'s waiter waits', () => a.rateLimit.stats().waiting === 1)
   clock.advance(1)
@@ -166,10 +176,12 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
 
   const endAt = performance.now()
   open('holder')
-  t.equal((await holder).status, 200, 'the running request finishes')
+  open('settling')
+  t.equal((await holder).status, 200, 'the running requests finish')
+  t.equal((await settling).status, 200)
   await within(closing, 5000, 'close()')
   const closeMs = performance.now() - endAt
-  t.comment(`close() resolved ${closeMs.toFixed(0)} ms after the running request's handler returned`)
+  t.comment(`close() resolved ${closeMs.toFixed(0)} ms after the running requests' handlers returned`)
   t.ok(closeMs < 2000, 'close() ends promptly once the running request has')
   t.equal(a.rateLimit.stats().delayAborted, 5, 'delayAborted counts the held requests and schedule() calls given back')
 
@@ -181,6 +193,7 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
     const next = await b.rateLimit.consume('GET /held', { headers: { 'x-id': id } })
     t.same([next.allowed, next.retryAfterMs], [false, 10_000], `${id}: the turns A held are given back: B's next turn is the one after the single admitted request (40 s without the give-backs)`)
   }
+  t.equal((await b.rateLimit.peek('GET /settle', { headers: { 'x-id': 'q' } })).remaining, 7, 'the settle of the request that ended during close landed: 3 units, not the 1 reserved')
   open('waiter-b')
   t.equal((await waiterB).status, 200, 'B\'s waiter admitted')
   t.equal(await inspector.zcard(queueKey), 0, 'the queue is empty')

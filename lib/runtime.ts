@@ -1,5 +1,5 @@
-import type { FastifyInstance } from 'fastify'
-import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import { FST_RRL_IDENTITY_FAILED, FST_RRL_NO_REDIS, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_REPLY_BUILDER_FAILED, FST_RRL_UNSUPPORTED_CLIENT } from './errors.js'
 import { Bans } from './fleet/bans.js'
 import { Overrides } from './fleet/overrides.js'
 import { DenyCache } from './decide/deny-cache.js'
@@ -18,6 +18,8 @@ import type { Store } from './store/port.js'
 import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { RedisStore } from './store/redis/store.js'
 import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
+import { PendingWork } from './util/pending-work.js'
+import { awaitWithin } from './util/await-within.js'
 
 /** What every route hook, the API and the not-found hook of one plugin instance share. */
 export interface PluginRuntime extends RouteRuntime {
@@ -25,6 +27,8 @@ export interface PluginRuntime extends RouteRuntime {
   closeLocal: () => void
   /** The onSend hook that keeps the fields off 3xx replies; undefined with `headers: false`. */
   redirectGuard: ReturnType<typeof redirectGuard>
+  /** The plugin's `timeout`: each close-time call is bounded by it (closeRuntime). */
+  timeout: number
 }
 
 type StoreCall = (size: number, latencyMs: number) => void
@@ -98,6 +102,8 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     stats: { allowed: 0, limited: 0, degraded: 0, shadowLimited: 0, refunded: 0, settled: 0, penalized: 0, skipped: 0, banned: 0, delayed: 0, delayAborted: 0, undelayed: 0, waitExpired: 0, held: 0, waiting: 0 },
     holds: new Holds(options.maxDelayed, () => waiters.size),
     waiters,
+    pendingWork: new PendingWork(),
+    timeout: options.timeout,
     failures: new BurstLogger(elapsed),
     badInput: new BurstLogger(elapsed),
     telemetry: new BurstLogger(elapsed),
@@ -136,10 +142,39 @@ export function compileContext (
   }
 }
 
-/** Stops what the runtime started: the store, the override and ban polls, the local limiter, metrics. */
-export function closeRuntime (runtime: PluginRuntime): void {
+/**
+ * A guard, not a budget: each close-time call ends within the timeout rule
+ * (dispatcher.ts), but a call node-redis still holds may wait up to 20
+ * timeouts, and a slot release takes one more try at close.
+ */
+const CLOSE_GUARD_TIMEOUTS = 30
+
+/**
+ * Answers every held and waiting request (503) and awaits the Redis work the
+ * plugin started (give-backs, queue leaves, end-of-request calls: each
+ * bounded by `timeout`), so that none of it is pending when the client
+ * closes. preClose runs it as close begins, onClose again for the requests
+ * that ended while the server closed.
+ */
+export async function settleAtClose (runtime: PluginRuntime, log: FastifyBaseLogger): Promise<void> {
   runtime.holds.closeAll()
-  runtime.waiters.closeAll()
+  runtime.pendingWork.add(runtime.waiters.closeAll())
+  const guardMs = Math.max(1000, CLOSE_GUARD_TIMEOUTS * runtime.timeout)
+  const { pendingWork, store } = runtime
+  const outcome = await awaitWithin((async () => {
+    // drain() first: it ends the pauses before slot retries at once. Work may start from a store
+    // answer (a waiter's leave after its poll): until both are quiet.
+    do {
+      const drained = store.drain()
+      await pendingWork.settled()
+      await drained
+    } while (pendingWork.size > 0)
+  })(), guardMs, 'the plugin\'s close')
+  if (!outcome.ok) log.warn({ err: new FST_RRL_REDIS_UNAVAILABLE(`Redis work still pending ${guardMs} ms into close`) }, 'rate limit close: not every give-back, queue leave or slot release was answered; leases reclaim what is left')
+}
+
+/** Stops what the runtime started, once settleAtClose has run: the store, the override and ban polls, the local limiter, metrics. */
+export function closeRuntime (runtime: PluginRuntime): void {
   runtime.slots.close()
   runtime.store.close()
   runtime.overrides.close()

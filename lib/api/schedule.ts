@@ -31,13 +31,13 @@ export function scheduleSignal (options: unknown): AbortSignal | undefined {
   return signal
 }
 
-/** Gives back what the call charged; a failure is logged once per burst, as the end of a request's. */
+/** Gives back what the call charged (tracked: the plugin's close awaits it); a failure is logged once per burst, as the end of a request's. */
 function giveBack (evaluation: Evaluation, runtime: Runtime, log: FastifyBaseLogger, route: string): void {
   const entries = unitsBack(evaluation.input, evaluation.decisions, evaluation.chargedAt)
   if (entries.length === 0) return
-  changeUsage(runtime, { route, log, sources: ['abort'], entries }).catch((error: unknown) => {
+  runtime.pendingWork.add(changeUsage(runtime, { route, log, sources: ['abort'], entries }).catch((error: unknown) => {
     runtime.failures.report(log, { err: error, route }, 'rate limit give-back of an abandoned turn failed: usage not changed')
-  })
+  }))
 }
 
 /** The decision at its turn: at once when admitted now, after the hold when a turn was reserved; rejects with the refusal, the abort's reason, or at close. */

@@ -7,6 +7,7 @@ import type { Holds, Place } from './holds.js'
 import type { Waiters } from './waiters.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
+import type { PendingWork } from '../util/pending-work.js'
 import type { MemoryStore } from '../store/memory/store.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { BlockRun, Store } from '../store/port.js'
@@ -34,6 +35,8 @@ export interface Engine {
   holds: Holds
   /** Requests waiting for a concurrency slot (a block's `wait`). */
   waiters: Waiters
+  /** Redis work this instance started that its close awaits (give-backs, queue leaves, end-of-request calls: util/pending-work.ts). */
+  pendingWork: PendingWork
 }
 
 /** Where outcomes are told: counters, metrics and logs throttled per burst. */

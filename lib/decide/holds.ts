@@ -10,6 +10,8 @@
  * its wait, or is returned on every other outcome. Each held entry ends
  * exactly once: at its turn, when its caller leaves (cancel), or when the
  * plugin closes.
+ * One held after the close began (its decision was in flight then) is closed
+ * at once: close() must not wait for its turn.
  */
 
 /** A place under the bound, taken before a store call: it becomes a hold (Holds.hold) or a wait (decide/slot-wait.ts), else it is returned. Returning it twice does nothing. */
@@ -19,7 +21,7 @@ export interface Place {
 
 /** One held request: `turn` at its time, `close` if the plugin closes first. */
 interface Held {
-  timer: NodeJS.Timeout
+  timer: NodeJS.Timeout | undefined
   turn: () => void
   close: () => void
 }
@@ -31,6 +33,7 @@ export class Holds {
   readonly #others: () => number
   /** Places taken by decisions still in flight (or answered, and not yet held or waiting). */
   #taken = 0
+  #closed = false
 
   constructor (max: number, others: () => number = () => 0) {
     this.#max = max
@@ -72,15 +75,12 @@ export class Holds {
    * Returns the cancel (its caller left): it ends the hold silently.
    */
   hold (waitMs: number, turn: () => void, close: () => void, place?: Place): () => void {
-    const held: Held = {
-      timer: setTimeout(() => {
-        if (this.#held.delete(held)) turn()
-      }, waitMs),
-      turn,
-      close
-    }
+    const held: Held = { timer: undefined, turn, close }
     this.#held.add(held)
     place?.release()
+    // After closeAll: answered as the others were, once the caller has its cancel.
+    if (this.#closed) queueMicrotask(() => { if (this.#held.delete(held)) close() })
+    else held.timer = setTimeout(() => { if (this.#held.delete(held)) turn() }, waitMs)
     return () => {
       if (this.#held.delete(held)) clearTimeout(held.timer)
     }
@@ -88,6 +88,7 @@ export class Holds {
 
   /** The plugin closes: every held entry is answered by its `close`, none waits for its turn. */
   closeAll (): void {
+    this.#closed = true
     const all = [...this.#held]
     this.#held.clear()
     for (const held of all) {

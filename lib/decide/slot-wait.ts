@@ -12,7 +12,10 @@ import { item } from '../util/item.js'
  * admitted, refused another way, answered by onRedisError, out of time (a
  * 429 as a slot refusal), its caller gone, or the plugin closing. A waiter
  * that ends without a slot leaves the queue (the release of its slot id),
- * which announces the slot to the next waiter.
+ * which announces the slot to the next waiter. The leave is tracked in
+ * `runtime.pendingWork`, and so is a waiter closed while its poll is in
+ * flight, until that poll answers: the plugin's close awaits both, so the
+ * leave is sent before the client closes.
  */
 
 /** How a wait ended without an Evaluation: the caller left, or the plugin closed. */
@@ -40,9 +43,9 @@ function queuedKeys (first: Evaluation): string[] {
 function leaveQueue (runtime: Runtime, input: DecisionInput, origin: DecisionOrigin): void {
   const entries = slotReleases(input)
   if (entries.length === 0) return
-  runtime.store.adjustSlots(entries).catch((error: unknown) => {
+  runtime.pendingWork.add(runtime.store.adjustSlots(entries).catch((error: unknown) => {
     runtime.failures.report(origin.log, { err: error }, 'rate limit slot queue leave failed: the waiter lapses after its lease')
-  })
+  }))
 }
 
 /** One waiter: its polls, how it ends, exactly once. */
@@ -59,6 +62,8 @@ class SlotWait {
   #again = false
   #over: 'time' | WaitEnd | undefined
   #last: Evaluation
+  /** Set when closed during a poll: resolves once the wait has ended (its leave sent). */
+  #finished: (() => void) | undefined
 
   constructor (first: Evaluation, origin: DecisionOrigin, runtime: Runtime, settle: (result: Evaluation | WaitEnd) => void, reject: (error: Error) => void) {
     this.#input = first.input
@@ -75,7 +80,7 @@ class SlotWait {
     const sentAt = this.#input.sentAt ?? this.#startedAt
     const deadline = setTimeout(() => { this.#stop('time') }, Math.max(0, waitOf(this.#last) - (this.#startedAt - sentAt)))
     this.#cleanups.push(() => { clearTimeout(deadline) })
-    this.#cleanups.push(this.#runtime.waiters.add(queuedKeys(this.#last), sentAt, () => { this.#poll() }, () => { this.#stop('closed') }))
+    this.#cleanups.push(this.#runtime.waiters.add(queuedKeys(this.#last), sentAt, () => { this.#poll() }, () => { this.#close() }))
     // Counted among the waiters now: the place taken before the decision is returned.
     this.#last.place?.release()
     this.#cleanups.push(onLeave(() => { this.#stop('left') }))
@@ -117,6 +122,12 @@ class SlotWait {
     if (!this.#busy) this.#ended()
   }
 
+  /** The plugin closes: ended now, or once the poll in flight answers (tracked, so close waits for that). */
+  #close (): void {
+    this.#stop('closed')
+    if (this.#busy) this.#runtime.pendingWork.add(new Promise<void>((resolve) => { this.#finished = resolve }))
+  }
+
   #ended (): void {
     if (this.#over === 'time') this.#end(refusedAfterWait(this.#last, this.#origin, this.#runtime), true)
     else if (this.#over !== undefined) {
@@ -128,6 +139,7 @@ class SlotWait {
   #finish (leave: boolean): void {
     for (const cleanup of this.#cleanups.splice(0)) cleanup()
     if (leave) leaveQueue(this.#runtime, this.#input, this.#origin)
+    this.#finished?.()
   }
 
   #end (result: Evaluation | WaitEnd, leave: boolean): void {

@@ -39,6 +39,7 @@ export class Waiters {
   #unwatch: (() => Promise<void>) | undefined
   #watching = false
   #timer: NodeJS.Timeout | undefined
+  #closed = false
 
   /** `leaseMs`: the plugin's lease, which a waiter's place in the queue has too. */
   constructor (leaseMs: number, watch: Watch) {
@@ -59,11 +60,17 @@ export class Waiters {
   /**
    * Registers a waiter on `keys` whose decision was sent at `since`
    * (performance.now()); it polls at once if one of its keys was woken since.
-   * Returns its removal.
+   * Returns its removal. After closeAll (its decision was in flight then) it
+   * is closed at once: close() must not wait for its wait to end.
    */
   add (keys: readonly string[], since: number, poll: () => void, close: () => void): () => void {
-    this.#startWatching()
     const waiter: Waiter = { keys, poll, close }
+    if (this.#closed) {
+      let removed = false
+      queueMicrotask(() => { if (!removed) close() })
+      return () => { removed = true }
+    }
+    this.#startWatching()
     this.#all.add(waiter)
     for (const key of keys) {
       let set = this.#byKey.get(key)
@@ -125,14 +132,16 @@ export class Waiters {
     this.#timer = undefined
   }
 
-  /** The plugin closes: every waiter is answered by its `close`; the subscriber stops. */
-  closeAll (): void {
+  /** The plugin closes: every waiter is answered by its `close`; the subscriber stops (the promise: its connection closed). */
+  closeAll (): Promise<void> {
+    this.#closed = true
     const all = [...this.#all]
     this.#all.clear()
     this.#byKey.clear()
     this.#stopTimer()
     for (const waiter of all) waiter.close()
-    this.#unwatch?.().catch(() => {})
+    const unwatched = this.#unwatch?.().catch(() => {})
     this.#unwatch = undefined
+    return unwatched ?? Promise.resolve()
   }
 }

@@ -18,7 +18,7 @@ import { copySummaries, listPolicy, listUnlimited, ownBlockNames, type Listing }
 import { limitNotFound } from './not-found.js'
 import { createRouteHook, type HookNext } from '../request/route-hook.js'
 import { guardUnseenRoutes, markRoute, routeMark, type RouteMark } from './route-guard.js'
-import { closeRuntime, compileContext, createRuntime, type PluginRuntime } from '../runtime.js'
+import { closeRuntime, compileContext, createRuntime, settleAtClose, type PluginRuntime } from '../runtime.js'
 import type { PolicySummary, RateLimitPluginOptions } from '../types/index.js'
 
 /*
@@ -199,12 +199,15 @@ function install (state: PluginState): void {
     limitNotFound({ fastify, declared: options.notFound, context: state.context, globals: state.globals, listing, runtime })
   }
   fastify.addHook('onReady', async function checkEveryRouteIsLimited () { await checkAtReady(state, this) })
-  // Held requests are answered before the server waits for in-flight ones (preClose runs first).
-  fastify.addHook('preClose', (done) => {
-    runtime.holds.closeAll()
-    done()
+  // Held and waiting requests are answered, and their give-backs and queue leaves
+  // sent and awaited, before the server waits for in-flight ones (preClose runs first).
+  fastify.addHook('preClose', async () => { await settleAtClose(runtime, fastify.log) })
+  // What requests that ended during server.close() sent is awaited before the client may close
+  // (an app's onClose registered before the plugin, and @fastify/redis's, run after this one).
+  fastify.addHook('onClose', async () => {
+    await settleAtClose(runtime, fastify.log)
+    closeRuntime(runtime)
   })
-  fastify.addHook('onClose', async () => { closeRuntime(runtime) })
   const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)
   fastify.decorate(options.configKey, api)
 }

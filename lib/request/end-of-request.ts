@@ -39,6 +39,10 @@ type Runtime = DecisionRuntime & InputRuntime
  *   call that also carries refunds or settles fails, its releases are sent
  *   again alone (the units are never sent twice). Slots taken by this
  *   instance's local limiter (onRedisError 'local') are released there.
+ * - Each end's store work is tracked in `runtime.pendingWork`: the plugin's
+ *   close awaits it before the client may close (a request that ends while
+ *   the server closes still releases its slots). A held request answered at
+ *   close ends at once (`endNow`), not at its response's 'close'.
  * - To add a kind of entry: a kind in store/port.ts `Adjustment`, a source
  *   called in `ended`, and the policy flag (`endOfRequest`) that makes the
  *   route hook track the request.
@@ -55,6 +59,8 @@ export interface Ending {
   slots?: HeldSlots | undefined
   /** Waiting for its reserved turn (request/held-request.ts): ending now, it never ran, and gives back what it charged. */
   held: boolean
+  /** Its end has been handled (at the response's close, or at once by endNow): it fires once. */
+  over?: true
 }
 
 /** Whether block i charged this request (every admitted decision was charged). */
@@ -186,14 +192,23 @@ async function ended (ending: Ending, request: FastifyRequest, reply: FastifyRep
   if (units.length > 0 && released.length > 0) await send(released, [], request, runtime, ending.policy.route)
 }
 
+/**
+ * Runs the end once, tracked for the plugin's close: at the response's close,
+ * or earlier for a held request answered at close (its give-back is sent at
+ * once, not when its 503 has gone out).
+ */
+export function endNow (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): void {
+  if (ending.over === true) return
+  ending.over = true
+  runtime.pendingWork.add(ended(ending, request, reply, runtime).catch((error: unknown) => {
+    runtime.failures.report(request.log, { err: error, route: ending.policy.route }, 'rate limit end of request failed: usage not changed')
+  }))
+}
+
 /** Fires `ended` once when the raw response closes (at once when it has closed already). */
 export function trackEnd (request: FastifyRequest, reply: FastifyReply, ending: Ending, runtime: Runtime): void {
   const raw = reply.raw
-  const fire = (): void => {
-    ended(ending, request, reply, runtime).catch((error: unknown) => {
-      runtime.failures.report(request.log, { err: error, route: ending.policy.route }, 'rate limit end of request failed: usage not changed')
-    })
-  }
+  const fire = (): void => { endNow(ending, request, reply, runtime) }
   // Closed already (the client left while the store decided): no 'close' event is coming. A request
   // stream destroyed after its body was read is not a departure: Node destroys it once consumed.
   if (raw.closed || raw.destroyed || (request.raw.destroyed && !request.raw.complete)) queueMicrotask(fire)

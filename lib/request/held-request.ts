@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { CompiledPolicy } from '../policy/policy.js'
-import type { Ending } from './end-of-request.js'
+import { endNow, type Ending } from './end-of-request.js'
 import type { RouteRuntime } from './route-hook.js'
 import { retryAfterSeconds } from '../decide/decision-math.js'
 import type { RateLimitDecision } from '../types/index.js'
@@ -14,8 +14,21 @@ import type { Place } from '../decide/holds.js'
  * client leaves, the end of the request gives back what it charged
  * (end-of-request.ts abandoned); if the plugin closes, it is answered 503
  * through the route's refusal path (Retry-After: the time its turn was
- * still away) and gives back the same way.
+ * still away) and gives back the same way, sent at once (endNow) so the
+ * plugin's close awaits it before the client closes.
  */
+
+/**
+ * Refuses a request the plugin answers at close (held, or waiting for a slot)
+ * with 503, and `Connection: close`: Fastify's server.close() reaps only the
+ * connections idle at that moment, and this reply, sent in preClose, may
+ * still be on its way then; kept alive, its connection would hold close()
+ * for the server's keepAliveTimeout (72 s by default).
+ */
+export function refuseAtClose (runtime: RouteRuntime, request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retryAfter: number, decision: RateLimitDecision): void {
+  if (request.raw.httpVersionMajor !== 2) reply.header('connection', 'close')
+  runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
+}
 
 /**
  * Resolves false at the turn (go on), true when the request ended without
@@ -44,9 +57,10 @@ export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntim
       resolve(false)
     }, () => {
       raw.off('close', left)
+      endNow(ending, request, reply, runtime)
       const retryAfter = retryAfterSeconds(Math.max(1, turnAt - performance.now()))
       try {
-        runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
+        refuseAtClose(runtime, request, reply, policy, retryAfter, decision)
         resolve(true)
       } catch (error) {
         reject(error)

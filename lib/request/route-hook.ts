@@ -11,7 +11,7 @@ import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime, type SkipCheck } from './inputs.js'
 import { trackEnd, type Ending } from './end-of-request.js'
-import { holdRequest } from './held-request.js'
+import { holdRequest, refuseAtClose } from './held-request.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
 import { waitForSlot } from '../decide/slot-wait.js'
 import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
@@ -148,7 +148,7 @@ async function waitThenRespond (ctx: RouteContext, request: FastifyRequest, repl
   if (result === 'left') return true
   if (result === 'closed') {
     request.rateLimit = first.decision
-    ctx.runtime.refuse(request, reply, ctx.policy, { statusCode: 503, retryAfter: UNAVAILABLE_RETRY_SECONDS, violatedPolicies: [], decision: first.decision })
+    refuseAtClose(ctx.runtime, request, reply, ctx.policy, UNAVAILABLE_RETRY_SECONDS, first.decision)
     return true
   }
   const answer = respondOnce(ctx, request, reply, input, result)

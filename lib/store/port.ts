@@ -211,5 +211,13 @@ export interface Store {
    * Returns the unsubscribe; undefined when the store has none (waiters poll).
    */
   watchSlots: (onWake: (key: string) => void, onGap: () => void) => (() => Promise<void>) | undefined
+  /**
+   * The plugin is closing: what is queued is sent now, and the promise
+   * resolves once every call asked of the store so far has been answered or
+   * given up on (each bounded by `timeout`), its own releases of abandoned
+   * decisions included. From now on a failed slot call is tried once more at
+   * most (a pause before a retry ends at once): the lease reclaims the rest.
+   */
+  drain: () => Promise<void>
   close: () => void
 }

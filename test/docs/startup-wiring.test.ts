@@ -2,11 +2,15 @@
  * Starting while Redis is down, as the docs say it goes, with the docs' own
  * code and nothing listening on the Redis port:
  *
- * - the startup-safe wiring (the README's app-made ioredis client passed as
- *   `redis`, docs/clients.md's node-redis client with `connect()` not awaited)
- *   is run as copied: `ready()` finishes in about 0.5 s, each route answers
- *   by its onRedisError, and enforcement starts once Redis appears;
- * - the README's Quick Start (@fastify/redis) does not start: it fails at
+ * - the startup-safe wirings (the README's Quick Start, its app-made ioredis
+ *   client passed as `redis`, and docs/clients.md's node-redis client with
+ *   `connect()` not awaited) are run as copied: `ready()` finishes in about
+ *   0.5 s, each route answers by its onRedisError, and enforcement starts
+ *   once Redis appears;
+ * - the README's first wiring (the CommonJS example) runs as a process, as
+ *   `node` runs it: it listens, answers by onRedisError, and prints nothing
+ *   about the client's errors to stderr (they go to the app's logger);
+ * - the README's @fastify/redis wiring does not start: it fails at
  *   avvio's plugin timeout (shortened here to 500 ms): the awaited register
  *   rejects with AVV_ERR_PLUGIN_EXEC_TIMEOUT, ready() with
  *   FST_ERR_PLUGIN_TIMEOUT, also with a client handed to @fastify/redis.
@@ -18,7 +22,7 @@ import { pathToFileURL } from 'node:url'
 import Fastify, { type FastifyInstance, type LightMyRequestResponse } from 'fastify'
 import fastifyRedis from '@fastify/redis'
 import { Redis } from 'ioredis'
-import { blockModule, root, tsBlocks, within, type Block } from '../helpers/doc-blocks.js'
+import { blockModule, codeBlocks, isCommonJs, root, tsBlocks, within, type Block } from '../helpers/doc-blocks.js'
 import { freePort, spawnOwned } from '../helpers/processes.js'
 import { RECOMMENDED_OPTIONS, startServer, waitFor, type ManagedServer } from '../helpers/topologies.js'
 
@@ -32,7 +36,7 @@ function blockOf (file: string, pattern: RegExp): Block {
 }
 
 const SNIPPETS = [
-  { name: 'the README\'s ioredis client passed as redis', block: blockOf('README.md', /new Redis\(/) },
+  { name: 'the README\'s Quick Start (its own ioredis client passed as redis)', block: blockOf('README.md', /new Redis\(/) },
   { name: 'docs/clients.md\'s node-redis createClient', block: blockOf('docs/clients.md', /createClient\(/) }
 ]
 
@@ -77,18 +81,38 @@ for (const { name, block } of SNIPPETS) {
   })
 }
 
-test('the README\'s Quick Start (@fastify/redis) does not start with Redis absent: AVV_ERR_PLUGIN_EXEC_TIMEOUT at the plugin timeout', async (t) => {
-  const quickStart = blocks[0] as Block
-  t.match(quickStart.code, /await app\.register\(fastifyRedis, \{/, 'the first README block is the @fastify/redis Quick Start')
-  const code = quickStart.code.replace(/Fastify\(\{ /, 'Fastify({ pluginTimeout: 500, ')
-  t.not(code, quickStart.code, 'the plugin timeout shortened to 500 ms')
-  const file = blockModule('quick-start-absent', code)
+test('the README\'s first wiring (CommonJS) with Redis absent: it listens, answers by onRedisError, and logs the client\'s errors through the app', async (t) => {
+  const first = codeBlocks().find((block) => block.file === 'README.md' && block.excerptOf === undefined)
+  t.ok(first !== undefined && isCommonJs(first) && /new Redis\(/.test(first.code), 'the README\'s first block is the CommonJS example, with its own ioredis client')
+  const file = blockModule('first-wiring-absent', (first as Block).code, '', 'cjs')
   const [redisPort, port] = [await freePort(), await freePort()]
   const child = spawnOwned(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: String(port) }, stdio: ['ignore', 'ignore', 'pipe'] })
   t.teardown(() => { child.kill('SIGKILL') })
   let stderr = ''
   child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [exitCode] = await within(once(child, 'exit'), 20_000, 'the Quick Start to exit')
+  // A hang guard: the child compiles lib/ (tsx) before it listens.
+  await waitFor('the example to listen', async () => (await fetch(`http://127.0.0.1:${port}/orders/1`)).status > 0, 30_000, 100)
+  const res = await fetch(`http://127.0.0.1:${port}/orders/1`)
+  t.equal(res.status, 200, 'fail-open (the default onRedisError): admitted')
+  t.same(await res.json(), { order: { id: '1' } })
+  t.equal(res.headers.get('ratelimit-policy'), null, 'degraded: no quota fields')
+  // ioredis reconnects every 200 ms at most: half a second brings several connection errors.
+  await new Promise((resolve) => setTimeout(resolve, 600))
+  t.equal(child.exitCode, null, 'still running')
+  t.notMatch(stderr, /Unhandled error event/, 'no ioredis error on stderr')
+})
+
+test('the README\'s @fastify/redis wiring does not start with Redis absent: AVV_ERR_PLUGIN_EXEC_TIMEOUT at the plugin timeout', async (t) => {
+  const wiring = blockOf('README.md', /await app\.register\(fastifyRedis, \{/)
+  const code = wiring.code.replace(/Fastify\(\)/, 'Fastify({ pluginTimeout: 500 })')
+  t.not(code, wiring.code, 'the plugin timeout shortened to 500 ms')
+  const file = blockModule('fastify-redis-absent', code)
+  const [redisPort, port] = [await freePort(), await freePort()]
+  const child = spawnOwned(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${redisPort}`, PORT: String(port) }, stdio: ['ignore', 'ignore', 'pipe'] })
+  t.teardown(() => { child.kill('SIGKILL') })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [exitCode] = await within(once(child, 'exit'), 20_000, 'the wiring to exit')
   t.not(exitCode, 0, 'it exits with an error')
   t.match(stderr, /AVV_ERR_PLUGIN_EXEC_TIMEOUT/)
   t.match(stderr, /Plugin did not start in time: '@fastify\/redis'/)

@@ -276,6 +276,9 @@ export class MemoryStore implements Store {
 
   async warmUp (): Promise<void> {}
 
+  /** Every call is answered in its own turn: nothing is ever pending. */
+  async drain (): Promise<void> {}
+
   /** One hash per key, kept apart from the limiter's keys (never swept, never evicted: operators' records). */
   records (key: string): RecordHash {
     let records = this.#records.get(key)

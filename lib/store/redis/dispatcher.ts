@@ -67,6 +67,8 @@ export class Dispatcher {
   readonly #timers: CallTimers
   #scheduled = false
   #pending = 0
+  /** Resolved when #pending next reaches 0 (the plugin's close: whenIdle). */
+  #idle: Array<() => void> = []
   readonly #flush = (): void => { this.#flushQueue() }
 
   constructor (client: ClientPort, route: ScriptRoute, options: DispatchOptions, releaseSlots: ReleaseSlots) {
@@ -81,6 +83,21 @@ export class Dispatcher {
   /** Decisions queued or waiting on Redis now. */
   get pending (): number {
     return this.#pending
+  }
+
+  /** Resolves once nothing is queued or waiting on Redis (each call ends within the timeout rule). */
+  whenIdle (): Promise<void> {
+    if (this.#pending === 0) return Promise.resolve()
+    return new Promise((resolve) => { this.#idle.push(resolve) })
+  }
+
+  /** Sends what is queued now instead of on the next setImmediate (the plugin's close). */
+  flushNow (): void {
+    if (this.#scheduled) this.#flushQueue()
+  }
+
+  #answered (): void {
+    if (--this.#pending === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve()
   }
 
   enqueue (job: BatchJob): void {
@@ -162,7 +179,7 @@ export class Dispatcher {
   }
 
   #fail (job: BatchJob, error: unknown): void {
-    this.#pending--
+    this.#answered()
     job.reject(error)
   }
 
@@ -280,7 +297,7 @@ export class Dispatcher {
         this.#fail(job, result)
         ;(failed ??= []).push(job)
       } else {
-        this.#pending--
+        this.#answered()
         job.resolve(result, at)
       }
     }

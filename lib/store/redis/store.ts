@@ -1,6 +1,5 @@
 import { performance } from 'node:perf_hooks'
 import { WAKE_CHANNEL } from '../../kinds/concurrency/lease.js'
-import { setTimeout as delay } from 'node:timers/promises'
 import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_CIRCUIT_OPEN, FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { NodeBreakers, type BreakerOptions } from './breakers.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
@@ -80,6 +79,13 @@ export class RedisStore implements Store {
   /** One per node (breakers.ts); undefined without a circuit breaker. */
   readonly #breakers: NodeBreakers | undefined
   #log: StartupLog | undefined
+  /** Set by drain(): pauses before a slot call's retry end at once, and no later retry starts. */
+  #draining = false
+  /** Pauses before a slot call's retry, each ended by its function (drain() ends them all). */
+  readonly #pauses = new Set<() => void>()
+  /** adjustSlots calls not ended yet (a pause between tries has nothing in the dispatcher). */
+  #slotCalls = 0
+  #slotCallsEnded: Array<() => void> = []
 
   /** `client`: the port of the application's client (client/detect.ts clientPort). */
   constructor (client: ClientPort, options: RedisStoreOptions, clock?: () => number) {
@@ -166,13 +172,19 @@ export class RedisStore implements Store {
    * fails the lease reclaims the slots.
    */
   async adjustSlots (entries: readonly SlotAdjustment[]): Promise<boolean[]> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.adjust(entries)
-      } catch (error) {
-        if (attempt >= RELEASE_TRIES) throw error
-        await delay(this.#retryMs * attempt, undefined, { ref: false })
+    this.#slotCalls++
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.adjust(entries)
+        } catch (error) {
+          // Closing: the try after a pause cut short is the last (drain() waits for it, bounded by timeout).
+          if (attempt >= RELEASE_TRIES || (this.#draining && attempt > 1)) throw error
+          if (!this.#draining) await this.#pause(this.#retryMs * attempt)
+        }
       }
+    } finally {
+      if (--this.#slotCalls === 0) for (const resolve of this.#slotCallsEnded.splice(0)) resolve()
     }
   }
 
@@ -222,6 +234,31 @@ export class RedisStore implements Store {
       onMessage: (message) => { if (message.startsWith(prefix)) onWake(message.slice(prefix.length)) },
       onReady: onGap
     })
+  }
+
+  /** A pause that drain() can end (an AbortSignal per pause would warn past ten listeners in an outage). */
+  #pause (ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const end = (): void => {
+        clearTimeout(timer)
+        this.#pauses.delete(end)
+        resolve()
+      }
+      const timer = setTimeout(end, ms).unref()
+      this.#pauses.add(end)
+    })
+  }
+
+  /** See Store.drain: the queue leaves now, then every call (retries, abandoned releases) ends within its timeout. */
+  async drain (): Promise<void> {
+    this.#draining = true
+    for (const end of [...this.#pauses]) end()
+    this.#dispatcher.flushNow()
+    for (;;) {
+      if (this.#dispatcher.pending > 0) await this.#dispatcher.whenIdle()
+      else if (this.#slotCalls > 0) await new Promise<void>((resolve) => { this.#slotCallsEnded.push(resolve) })
+      else return
+    }
   }
 
   close (): void {}

@@ -57,6 +57,13 @@ async function migrate (fleet: Fleet): Promise<string> {
   return `slot ${slot} (${moved} keys) moved from ${from.port} to ${to.port}`
 }
 
+/** Bans and overrides are fleet-wide: asked of `inst`, or of the next instance when it cannot answer (down, or closing in a deploy). */
+async function anyInstance (fleet: Fleet, inst: number, message: Record<string, unknown>): Promise<{ ok: boolean, result: unknown, at: number }> {
+  let reply = await fleet.command(inst, message)
+  for (let i = 1; !reply.ok && i < fleet.instances.length; i++) reply = await fleet.command((inst + i) % fleet.instances.length, message)
+  return reply
+}
+
 export async function applyFault (fleet: Fleet, fault: Fault, until: (offset: number) => Promise<void>): Promise<FaultRecord> {
   const start = Date.now()
   const done = (extra: Partial<FaultRecord> = {}): FaultRecord => ({ fault, start, end: Date.now(), ...extra })
@@ -118,13 +125,13 @@ export async function applyFault (fleet: Fleet, fault: Fault, until: (offset: nu
     }
     case 'ban':
     case 'override': {
-      const set = await fleet.command(fault.inst, { cmd: fault.kind, user: fault.user })
+      const set = await anyInstance(fleet, fault.inst, { cmd: fault.kind, user: fault.user })
       if (!set.ok) return done({ note: String(set.result) })
       const record: FaultRecord = { fault, start, end: set.at, id: String(set.result), setAt: set.at }
       const liftAt = fault.kind === 'ban' ? fault.liftAt : fault.clearAt
       if (liftAt !== undefined) {
         await until(liftAt)
-        const clear = await fleet.command(fault.inst, { cmd: fault.kind === 'ban' ? 'unban' : 'clear', id: record.id })
+        const clear = await anyInstance(fleet, fault.inst, { cmd: fault.kind === 'ban' ? 'unban' : 'clear', id: record.id })
         record.clearedAt = clear.at
         record.end = clear.at
         if (!clear.ok) record.note = String(clear.result)

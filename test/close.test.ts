@@ -249,7 +249,7 @@ test('close with Redis hung (SIGSTOP): held and waiting requests are answered at
   const starts = new Map<string, number>()
   declareRoutes(app, gates, starts)
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(async () => { server.resume(); gates.get('holder')?.(); await app.close() })
+  t.teardown(async () => { server.resume(); for (const open of gates.values()) open(); await app.close() })
   const holder = get(base, '/slot', 'w', 'holder', 'close')
   await waitFor('the holder runs', () => starts.has('holder'))
   const waiter = get(base, '/slot', 'w', 'waiter')
@@ -258,11 +258,13 @@ test('close with Redis hung (SIGSTOP): held and waiting requests are answered at
   const held = [1, 2].map(async () => await get(base, '/held', 'h'))
   await waitFor('two held', () => app.rateLimit.stats().held === 2)
   server.pause()
+  // A decision that meets the silence wakes the waiter: its poll is on its way to the hung Redis when close begins.
+  t.equal((await app.rateLimit.consume('GET /held', { headers: { 'x-id': 'probe' } })).degraded, true, 'a decision on the hung Redis: degraded')
   const closeAt = performance.now()
   const closing = app.close()
   gates.get('holder')?.()
   const answers = await within(Promise.all([waiter, ...held]), 5000, 'the answers')
-  t.same(answers.map((answer) => answer.status), [503, 503, 503], 'answered 503')
+  t.same(answers.map((answer) => answer.status), [503, 503, 503], 'answered 503, the waiter whose poll was in flight too (not admitted by onRedisError)')
   t.equal((await holder).status, 200, 'the running request finishes')
   await within(closing, 5000, 'close()')
   const tookMs = pluginClosedAt - closeAt

@@ -102,6 +102,12 @@ class SlotWait {
 
   #answered (evaluation: Evaluation): void {
     this.#busy = false
+    // Closed while this poll was on its way: only an admission (its slot taken) goes on; a refusal
+    // or onRedisError's answer is the close's 503, as for the waiters that were not polling.
+    if (this.#over === 'closed' && !evaluation.queued && (evaluation.rejected || evaluation.decision.degraded)) {
+      this.#ended()
+      return
+    }
     if (!evaluation.queued) {
       // Admitted (its slot taken), refused another way or by onRedisError: only an admission left the queue.
       this.#end(evaluation, evaluation.rejected || evaluation.decision.degraded)

@@ -39,16 +39,20 @@ type Options = RateLimitPluginOptions & { clock: () => number }
 
 interface Wiring {
   name: string
-  build: (url: string, options: Options) => Promise<FastifyInstance>
+  /** `logs` gets the app's log lines at warn and above. */
+  build: (url: string, options: Options, logs: string[]) => Promise<FastifyInstance>
 }
+
+/** An app whose warn-and-above log lines go to `logs`. */
+const logged = (logs: string[]): FastifyInstance => Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logs.push(line) } } } })
 
 const reconnectStrategy = (n: number): number => Math.min(n * 50, 200)
 
 const WIRINGS: Wiring[] = [
   {
     name: '@fastify/redis (quits in its onClose, after the plugin\'s)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       await app.register(fastifyRedis, { url, ...RECOMMENDED_OPTIONS })
       await app.register(rateLimit, options)
       return app
@@ -56,8 +60,8 @@ const WIRINGS: Wiring[] = [
   },
   {
     name: 'the app\'s own ioredis client, quit() in an onClose hook registered before the plugin (README)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       const redis = new Redis(url, RECOMMENDED_OPTIONS)
       redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
       app.addHook('onClose', async () => { await redis.quit().catch(() => { redis.disconnect() }) })
@@ -67,8 +71,8 @@ const WIRINGS: Wiring[] = [
   },
   {
     name: 'node-redis createClient, close() in an onClose hook registered before the plugin (docs/clients.md)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       const redis = createNodeRedis({ url, disableOfflineQueue: true, socket: { reconnectStrategy } })
       redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
       await redis.connect()
@@ -125,7 +129,8 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   const gates = new Map<string, () => void>()
   const starts = new Map<string, number>()
   const open = (tag: string): void => { gates.get(tag)?.(); gates.delete(tag) }
-  const a = await wiring.build(server.url, options)
+  const logs: string[] = []
+  const a = await wiring.build(server.url, options, logs)
   declareRoutes(a, gates, starts)
   const other = createClient(server, RECOMMENDED_OPTIONS)
   const b = Fastify()
@@ -184,6 +189,7 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   t.comment(`close() resolved ${closeMs.toFixed(0)} ms after the running requests' handlers returned`)
   t.ok(closeMs < 2000, 'close() ends promptly once the running request has')
   t.equal(a.rateLimit.stats().delayAborted, 5, 'delayAborted counts the held requests and schedule() calls given back')
+  t.same(logs, [], 'nothing logged at warn or above (no store call failed against a closed client)')
 
   // Redis afterwards: nothing of A's left.
   t.equal(await inspector.zscore(queueKey, entryOfA), null, 'A\'s waiter left the fleet\'s queue')

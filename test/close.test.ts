@@ -83,7 +83,7 @@ const WIRINGS: Wiring[] = [
   }
 ]
 
-interface Answer { status: number, retryAfter: string | undefined, at: number }
+interface Answer { status: number, retryAfter: string | undefined, connection: string | undefined, at: number }
 
 /**
  * A request in flight when close begins keeps a keep-alive connection open
@@ -95,10 +95,10 @@ interface Answer { status: number, retryAfter: string | undefined, at: number }
 async function get (base: string, path: string, id: string, tag = id, connection?: 'close'): Promise<Answer> {
   const res = await request(`${base}${path}`, { headers: { 'x-id': id, 'x-tag': tag, ...(connection === undefined ? {} : { connection }) } })
   await res.body.text()
-  return { status: res.statusCode, retryAfter: res.headers['retry-after'] as string | undefined, at: performance.now() }
+  return { status: res.statusCode, retryAfter: res.headers['retry-after'] as string | undefined, connection: res.headers.connection as string | undefined, at: performance.now() }
 }
 
-/** The routes both instances declare: a shaping block (held turns) and a concurrency block with `wait`, its handler gated by the test. */
+/** The routes both instances declare: a shaping block (held turns), a block with a late `settle` and a concurrency block with `wait`, handlers gated by the test. */
 function declareRoutes (app: FastifyInstance, gates: Map<string, () => void>, starts: Map<string, number>): void {
   app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
   // A settle that answers late (an LLM's token count): the end of a request that ran through close.
@@ -175,6 +175,7 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   t.same(answers.map((answer) => answer.status), [503, 503, 503, 503], 'the waiter and the three held requests: 503')
   t.equal(answers[0]?.retryAfter, '1', 'the waiter: Retry-After 1')
   t.ok(answers.slice(1).every((answer) => Number(answer.retryAfter) >= 1), 'a held request: with Retry-After')
+  t.ok(answers.every((answer) => answer.connection === 'close'), 'each with Connection: close (the server is closing)')
   t.ok(slowest < ANSWERED_WITHIN_MS, `all answered as close began (${slowest.toFixed(0)} ms)`)
   t.same(await within(Promise.all(scheduled), 5000, 'schedule()'), ['FST_RRL_LIMITER_UNAVAILABLE', 'FST_RRL_LIMITER_UNAVAILABLE'], 'schedule() calls rejected')
   t.equal(aClosed, false, 'close() waits for the request running in the slot')

@@ -39,16 +39,20 @@ type Options = RateLimitPluginOptions & { clock: () => number }
 
 interface Wiring {
   name: string
-  build: (url: string, options: Options) => Promise<FastifyInstance>
+  /** `logs` gets the app's log lines at warn and above. */
+  build: (url: string, options: Options, logs: string[]) => Promise<FastifyInstance>
 }
+
+/** An app whose warn-and-above log lines go to `logs`. */
+const logged = (logs: string[]): FastifyInstance => Fastify({ logger: { level: 'warn', stream: { write: (line: string) => { logs.push(line) } } } })
 
 const reconnectStrategy = (n: number): number => Math.min(n * 50, 200)
 
 const WIRINGS: Wiring[] = [
   {
     name: '@fastify/redis (quits in its onClose, after the plugin\'s)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       await app.register(fastifyRedis, { url, ...RECOMMENDED_OPTIONS })
       await app.register(rateLimit, options)
       return app
@@ -56,8 +60,8 @@ const WIRINGS: Wiring[] = [
   },
   {
     name: 'the app\'s own ioredis client, quit() in an onClose hook registered before the plugin (README)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       const redis = new Redis(url, RECOMMENDED_OPTIONS)
       redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
       app.addHook('onClose', async () => { await redis.quit().catch(() => { redis.disconnect() }) })
@@ -67,8 +71,8 @@ const WIRINGS: Wiring[] = [
   },
   {
     name: 'node-redis createClient, close() in an onClose hook registered before the plugin (docs/clients.md)',
-    build: async (url, options) => {
-      const app = Fastify()
+    build: async (url, options, logs) => {
+      const app = logged(logs)
       const redis = createNodeRedis({ url, disableOfflineQueue: true, socket: { reconnectStrategy } })
       redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
       await redis.connect()
@@ -79,7 +83,7 @@ const WIRINGS: Wiring[] = [
   }
 ]
 
-interface Answer { status: number, retryAfter: string | undefined, at: number }
+interface Answer { status: number, retryAfter: string | undefined, connection: string | undefined, at: number }
 
 /**
  * A request in flight when close begins keeps a keep-alive connection open
@@ -91,10 +95,10 @@ interface Answer { status: number, retryAfter: string | undefined, at: number }
 async function get (base: string, path: string, id: string, tag = id, connection?: 'close'): Promise<Answer> {
   const res = await request(`${base}${path}`, { headers: { 'x-id': id, 'x-tag': tag, ...(connection === undefined ? {} : { connection }) } })
   await res.body.text()
-  return { status: res.statusCode, retryAfter: res.headers['retry-after'] as string | undefined, at: performance.now() }
+  return { status: res.statusCode, retryAfter: res.headers['retry-after'] as string | undefined, connection: res.headers.connection as string | undefined, at: performance.now() }
 }
 
-/** The routes both instances declare: a shaping block (held turns) and a concurrency block with `wait`, its handler gated by the test. */
+/** The routes both instances declare: a shaping block (held turns), a block with a late `settle` and a concurrency block with `wait`, handlers gated by the test. */
 function declareRoutes (app: FastifyInstance, gates: Map<string, () => void>, starts: Map<string, number>): void {
   app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
   // A settle that answers late (an LLM's token count): the end of a request that ran through close.
@@ -125,7 +129,8 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   const gates = new Map<string, () => void>()
   const starts = new Map<string, number>()
   const open = (tag: string): void => { gates.get(tag)?.(); gates.delete(tag) }
-  const a = await wiring.build(server.url, options)
+  const logs: string[] = []
+  const a = await wiring.build(server.url, options, logs)
   declareRoutes(a, gates, starts)
   const other = createClient(server, RECOMMENDED_OPTIONS)
   const b = Fastify()
@@ -170,6 +175,7 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   t.same(answers.map((answer) => answer.status), [503, 503, 503, 503], 'the waiter and the three held requests: 503')
   t.equal(answers[0]?.retryAfter, '1', 'the waiter: Retry-After 1')
   t.ok(answers.slice(1).every((answer) => Number(answer.retryAfter) >= 1), 'a held request: with Retry-After')
+  t.ok(answers.every((answer) => answer.connection === 'close'), 'each with Connection: close (the server is closing)')
   t.ok(slowest < ANSWERED_WITHIN_MS, `all answered as close began (${slowest.toFixed(0)} ms)`)
   t.same(await within(Promise.all(scheduled), 5000, 'schedule()'), ['FST_RRL_LIMITER_UNAVAILABLE', 'FST_RRL_LIMITER_UNAVAILABLE'], 'schedule() calls rejected')
   t.equal(aClosed, false, 'close() waits for the request running in the slot')
@@ -184,6 +190,7 @@ async function closeWhileListening (t: Test, wiring: Wiring): Promise<void> {
   t.comment(`close() resolved ${closeMs.toFixed(0)} ms after the running requests' handlers returned`)
   t.ok(closeMs < 2000, 'close() ends promptly once the running request has')
   t.equal(a.rateLimit.stats().delayAborted, 5, 'delayAborted counts the held requests and schedule() calls given back')
+  t.same(logs, [], 'nothing logged at warn or above (no store call failed against a closed client)')
 
   // Redis afterwards: nothing of A's left.
   t.equal(await inspector.zscore(queueKey, entryOfA), null, 'A\'s waiter left the fleet\'s queue')
@@ -249,7 +256,7 @@ test('close with Redis hung (SIGSTOP): held and waiting requests are answered at
   const starts = new Map<string, number>()
   declareRoutes(app, gates, starts)
   const base = await app.listen({ port: 0, host: '127.0.0.1' })
-  t.teardown(async () => { server.resume(); gates.get('holder')?.(); await app.close() })
+  t.teardown(async () => { server.resume(); for (const open of gates.values()) open(); await app.close() })
   const holder = get(base, '/slot', 'w', 'holder', 'close')
   await waitFor('the holder runs', () => starts.has('holder'))
   const waiter = get(base, '/slot', 'w', 'waiter')
@@ -258,11 +265,13 @@ test('close with Redis hung (SIGSTOP): held and waiting requests are answered at
   const held = [1, 2].map(async () => await get(base, '/held', 'h'))
   await waitFor('two held', () => app.rateLimit.stats().held === 2)
   server.pause()
+  // A decision that meets the silence wakes the waiter: its poll is on its way to the hung Redis when close begins.
+  t.equal((await app.rateLimit.consume('GET /held', { headers: { 'x-id': 'probe' } })).degraded, true, 'a decision on the hung Redis: degraded')
   const closeAt = performance.now()
   const closing = app.close()
   gates.get('holder')?.()
   const answers = await within(Promise.all([waiter, ...held]), 5000, 'the answers')
-  t.same(answers.map((answer) => answer.status), [503, 503, 503], 'answered 503')
+  t.same(answers.map((answer) => answer.status), [503, 503, 503], 'answered 503, the waiter whose poll was in flight too (not admitted by onRedisError)')
   t.equal((await holder).status, 200, 'the running request finishes')
   await within(closing, 5000, 'close()')
   const tookMs = pluginClosedAt - closeAt

@@ -104,6 +104,12 @@ class SlotWait {
 
   #answered (evaluation: Evaluation): void {
     this.#busy = false
+    // Closed while this poll was on its way: only an admission (its slot taken) goes on; a refusal
+    // or onRedisError's answer is the close's 503, as for the waiters that were not polling.
+    if (this.#over === 'closed' && !evaluation.queued && (evaluation.rejected || evaluation.decision.degraded)) {
+      this.#ended()
+      return
+    }
     if (!evaluation.queued) {
       // Admitted at a reserved turn: a place carried from the waiters to the hold, counted until the hold starts.
       if (evaluation.turnMs > 0 && !evaluation.rejected) evaluation.place = this.#runtime.holds.take(true)

@@ -40,8 +40,9 @@ export function sendQuotaExceeded (request: FastifyRequest, reply: FastifyReply,
     ',"violated-policies":' + JSON.stringify(violated) + '}')
 }
 
-export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: ReplySource): FastifyReply {
-  reply.code(503).header('retry-after', UNAVAILABLE_RETRY_SECONDS).type(PROBLEM_TYPE)
+/** `retrySeconds`: 1 while the limiter is unavailable; a held request answered at close gets the time its turn was still away. */
+export function sendUnavailable (request: FastifyRequest, reply: FastifyReply, policy: ReplySource, retrySeconds = UNAVAILABLE_RETRY_SECONDS): FastifyReply {
+  reply.code(503).header('retry-after', retrySeconds).type(PROBLEM_TYPE)
   return reply.send(JSON.stringify({
     type: TEMPORARY_REDUCED_CAPACITY,
     title: 'Service Unavailable',
@@ -74,7 +75,7 @@ function sendDefault (request: FastifyRequest, reply: FastifyReply, policy: Repl
   if (statusCode === 403 || refusal.decision.outcome === 'banned') return sendBanned(request, reply, policy, statusCode === 403 ? 403 : 429, refusal.retryAfter)
   return statusCode === 429
     ? sendQuotaExceeded(request, reply, policy, refusal.retryAfter, refusal.violatedPolicies)
-    : sendUnavailable(request, reply, policy)
+    : sendUnavailable(request, reply, policy, refusal.retryAfter)
 }
 
 function refusalError (refusal: RateLimitRefusal): Error {

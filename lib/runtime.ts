@@ -153,12 +153,16 @@ const CLOSE_GUARD_TIMEOUTS = 30
  * Answers every held and waiting request (503) and awaits the Redis work the
  * plugin started (give-backs, queue leaves, end-of-request calls: each
  * bounded by `timeout`), so that none of it is pending when the client
- * closes. preClose runs it as close begins, onClose again for the requests
- * that ended while the server closed.
+ * closes. preClose runs it as close begins, onClose again (`serverClosed`)
+ * for the requests that ended while the server closed and the slots of those
+ * still running.
  */
-export async function settleAtClose (runtime: PluginRuntime, log: FastifyBaseLogger): Promise<void> {
+export async function settleAtClose (runtime: PluginRuntime, log: FastifyBaseLogger, serverClosed = false): Promise<void> {
   runtime.holds.closeAll()
   runtime.pendingWork.add(runtime.waiters.closeAll())
+  // The server has closed: a request still running lost its connection (its response's 'close' may
+  // come after the client closes), so its slots are released now, not at its end.
+  if (serverClosed) runtime.pendingWork.add(runtime.slots.releaseAll())
   const guardMs = Math.max(1000, CLOSE_GUARD_TIMEOUTS * runtime.timeout)
   const { pendingWork, store } = runtime
   const outcome = await awaitWithin((async () => {

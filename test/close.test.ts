@@ -1,5 +1,6 @@
 import { test, type Test } from 'tap'
 import { performance } from 'node:perf_hooks'
+import { connect } from 'node:net'
 import { request } from 'undici'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyRedis from '@fastify/redis'
@@ -70,13 +71,13 @@ const WIRINGS: Wiring[] = [
     }
   },
   {
-    name: 'node-redis createClient, close() in an onClose hook registered before the plugin (docs/clients.md)',
+    name: 'node-redis createClient, a bounded close() in an onClose hook registered before the plugin (docs/clients.md)',
     build: async (url, options, logs) => {
       const app = logged(logs)
       const redis = createNodeRedis({ url, disableOfflineQueue: true, socket: { reconnectStrategy } })
       redis.on('error', (err) => { app.log.warn({ err }, 'redis') })
       await redis.connect()
-      app.addHook('onClose', async () => { await redis.close() })
+      app.addHook('onClose', async () => { await Promise.race([redis.close(), new Promise((resolve) => setTimeout(resolve, 1000))]); if (redis.isOpen) redis.destroy() })
       await app.register(rateLimit, { redis, ...options })
       return app
     }
@@ -221,7 +222,7 @@ test('the documented own-client wirings close their client gracefully, in an onC
     const plugin = code.search(/await app\.register\((rateLimit|fastifyRedisRateLimit),/)
     t.ok(hook >= 0 && plugin > hook, `${file} line ${line}: the client's onClose hook is registered before the plugin`)
     const closing = code.slice(hook, code.indexOf('\n', hook))
-    t.match(closing, /await redis\.(quit|close)\(\)/, `${file} line ${line}: it closes gracefully (${closing.trim()})`)
+    t.match(closing, /await (Promise\.race\(\[)?redis\.(quit|close)\(\)/, `${file} line ${line}: it closes gracefully (${closing.trim()})`)
   }
 })
 
@@ -310,4 +311,91 @@ test('a request held or queued by a decision that returns after close began is c
   await work.settled()
   t.same(order, ['first', 'second'], 'settled() waited for both')
   t.equal(work.size, 0)
+})
+
+test('a running request whose client leaves while the server closes: its slot is released before the client closes', async (t) => {
+  const server = await getRedis()
+  const inspector = createClient(server)
+  const prefix = uniquePrefix('leave')
+  const redis = new Redis(server.url, RECOMMENDED_OPTIONS)
+  redis.on('error', () => {})
+  const app = Fastify()
+  app.addHook('onClose', async () => { await redis.quit().catch(() => { redis.disconnect() }) })
+  await app.register(rateLimit, { redis, prefix })
+  let started = false
+  app.get('/w', { config: { rateLimit: { concurrency: 1, by: 'header:x-id' } } }, async () => {
+    started = true
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    return 'done'
+  })
+  const { port } = new URL(await app.listen({ port: 0, host: '127.0.0.1' }))
+  cleanUpPrefix(t, inspector, prefix, async () => {})
+  const socket = connect(Number(port), '127.0.0.1')
+  socket.on('error', () => {})
+  socket.write('GET /w HTTP/1.1\r\nHost: x\r\nX-Id: leaver\r\n\r\n')
+  await waitFor('the handler runs', () => started)
+  const slotKey = (await inspector.keys(`${prefix}*`)).find((key) => key.endsWith('cc')) as string
+  t.equal(await inspector.zcard(slotKey), 1, 'the running request holds the slot')
+  const closing = app.close()
+  setTimeout(() => { socket.destroy() }, 20)
+  await within(closing, 5000, 'close()')
+  t.equal(await inspector.zcard(slotKey), 0, 'released before close() returned: no slot left for the lease to reclaim')
+})
+
+test('close gives back every held turn of a gcra block (latest first: each give-back applies while its turn is the latest)', async (t) => {
+  const server = await getRedis()
+  const inspector = createClient(server)
+  const prefix = uniquePrefix('gcra-close')
+  const clients: Redis[] = []
+  t.teardown(() => { for (const client of clients) client.disconnect() })
+  const build = async (): Promise<FastifyInstance> => {
+    const app = Fastify()
+    const redis = createClient(server)
+    clients.push(redis)
+    await app.register(rateLimit, { redis, prefix })
+    app.get('/g', { config: { rateLimit: { algorithm: 'gcra', limit: 1, window: '10s', delay: '30s', by: 'header:x-id' } } }, async () => 'ok')
+    return app
+  }
+  const a = await build()
+  const b = await build()
+  cleanUpPrefix(t, inspector, prefix, async () => { await b.close() })
+  const base = await a.listen({ port: 0, host: '127.0.0.1' })
+  t.equal((await get(base, '/g', 'g')).status, 200, 'the first admitted now')
+  const held = [1, 2, 3].map(async () => await get(base, '/g', 'g'))
+  await waitFor('three held', () => a.rateLimit.stats().held === 3)
+  await a.close()
+  t.same((await Promise.all(held)).map((answer) => answer.status), [503, 503, 503])
+  await b.ready()
+  const peek = await b.rateLimit.peek('GET /g', { headers: { 'x-id': 'g' } })
+  // Only the first admission's turn is left: the next one is about 10 s away, not 40 s (three turns kept).
+  t.ok(peek.delayMs !== undefined && peek.delayMs <= 10_000, `the next turn is one interval away (${String(peek.delayMs)} ms), the held turns all given back`)
+})
+
+test('the node-redis wiring of docs/clients.md closes with Redis hung: close() is bounded, not held by replies that never come', async (t) => {
+  const { server } = await privateRedis(t)
+  const hook = codeBlocks().find((block) => block.file === 'docs/clients.md' && block.code.includes('createClient(') && block.code.includes("addHook('onClose'"))
+  t.ok(hook?.code.includes('await Promise.race([redis.close(), new Promise((resolve) => setTimeout(resolve, 1000))])') === true && hook.code.includes('if (redis.isOpen) redis.destroy()'), 'the documented hook: a bounded close(), then destroy()')
+  const redis = createNodeRedis({ url: server.url, disableOfflineQueue: true, socket: { reconnectStrategy } })
+  redis.on('error', () => {})
+  await redis.connect()
+  const app = Fastify()
+  // docs/clients.md's hook, as written there.
+  app.addHook('onClose', async () => {
+    await Promise.race([redis.close(), new Promise((resolve) => setTimeout(resolve, 1000))])
+    if (redis.isOpen) redis.destroy()
+  })
+  await app.register(rateLimit, { redis, prefix: uniquePrefix('nr-hung') })
+  app.get('/held', { config: { rateLimit: { algorithm: 'token-bucket', limit: 1, window: '10s', delay: '60s', by: 'header:x-id' } } }, async () => 'ok')
+  const base = await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => { server.resume() })
+  t.equal((await get(base, '/held', 'h')).status, 200)
+  const held = [1, 2].map(async () => await get(base, '/held', 'h'))
+  await waitFor('two held', () => app.rateLimit.stats().held === 2)
+  server.pause()
+  const closeAt = performance.now()
+  await within(app.close(), 5000, 'close() with Redis hung')
+  const tookMs = performance.now() - closeAt
+  server.resume()
+  t.same((await Promise.all(held)).map((answer) => answer.status), [503, 503])
+  t.ok(tookMs < 3000, `close() took ${tookMs.toFixed(0)} ms: the plugin's bounded give-backs and the hook's 1 s bound`)
 })

@@ -86,10 +86,15 @@ export class Holds {
     }
   }
 
-  /** The plugin closes: every held entry is answered by its `close`, none waits for its turn. */
+  /**
+   * The plugin closes: every held entry is answered by its `close`, none waits
+   * for its turn. Latest first: a gcra turn is given back only while it is the
+   * latest (kinds/window/kind.ts chargeMark), so each give-back, sent in this
+   * order in one call, makes the one before it the latest.
+   */
   closeAll (): void {
     this.#closed = true
-    const all = [...this.#held]
+    const all = [...this.#held].reverse()
     this.#held.clear()
     for (const held of all) {
       clearTimeout(held.timer)

@@ -205,7 +205,7 @@ function install (state: PluginState): void {
   // What requests that ended during server.close() sent is awaited before the client may close
   // (an app's onClose registered before the plugin, and @fastify/redis's, run after this one).
   fastify.addHook('onClose', async () => {
-    await settleAtClose(runtime, fastify.log)
+    await settleAtClose(runtime, fastify.log, true)
     closeRuntime(runtime)
   })
   const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)

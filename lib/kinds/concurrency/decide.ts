@@ -36,6 +36,8 @@ interface Held {
   store: Store
   renewals: SlotAdjustment[]
   log: FastifyBaseLogger
+  /** Hands the release entries over once (then []). */
+  take: () => SlotAdjustment[]
 }
 
 /** Holds the slots of every request in flight on this instance, renews them, releases each once. */
@@ -57,7 +59,7 @@ export class SlotKeeper {
 
   /** Starts renewing the slots `entries` release; the result hands them over once. */
   hold (store: Store, entries: SlotAdjustment[], log: FastifyBaseLogger): HeldSlots {
-    const held: Held = { store, renewals: entries.map((entry) => ({ ...entry, kind: 'renew' })), log }
+    const held: Held = { store, renewals: entries.map((entry) => ({ ...entry, kind: 'renew' })), log, take: () => take() }
     this.#held.add(held)
     // The timer never keeps the process alive: a slot renews itself until released or the process exits.
     this.#timer ??= setInterval(() => { this.#renewAll() }, this.#renewEveryMs).unref()
@@ -91,6 +93,20 @@ export class SlotKeeper {
   #stop (): void {
     if (this.#timer !== undefined) clearInterval(this.#timer)
     this.#timer = undefined
+  }
+
+  /**
+   * At close, once the server has closed: every slot still held is released
+   * now (a request still running has lost its connection; an acquire() ends
+   * with the app), each release retried as Store.adjustSlots does. Resolves
+   * when every release was answered or given up on (then the lease reclaims it).
+   */
+  async releaseAll (): Promise<void> {
+    await Promise.all([...this.#held].map(async (held) => {
+      const entries = held.take()
+      if (entries.length === 0) return
+      await held.store.adjustSlots(entries).catch((error: unknown) => { this.#report(held.log, error, 'rate limit slot release at close failed: the lease reclaims it') })
+    }))
   }
 
   /** At close: stops renewing (slots still held lapse after their lease). */

@@ -116,8 +116,10 @@ const samplePeak = (): void => {
 setInterval(samplePeak, 10).unref()
 
 // When the decision was known: preHandler for admitted requests, onSend for refusals.
+// A route decided at preHandler (conc) is decided after this app-level hook: its handler marks it instead
+// (seed 1594903990: a client that gave up before that decision was taken for an admission).
 app.addHook('preHandler', (request, _reply, done) => {
-  (request as unknown as { chaosDecided?: number }).chaosDecided = realNow()
+  if (request.rateLimit != null) (request as unknown as { chaosDecided?: number }).chaosDecided = realNow()
   samplePeak()
   done()
 })
@@ -147,6 +149,7 @@ for (const route of ROUTES) {
     ...(route.host !== undefined ? { constraints: { host: route.host } } : {}),
     config: { rateLimit: block as never },
     handler: async (request) => {
+      (request as unknown as { chaosDecided?: number }).chaosDecided ??= realNow()
       const sleep = header(request, 'x-sleep')
       if (sleep > 0) await new Promise((resolve) => setTimeout(resolve, sleep))
       if (request.headers['x-throw'] === '1') throw new Error('chaos: the handler threw')

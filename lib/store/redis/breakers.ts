@@ -126,9 +126,4 @@ export class NodeBreakers {
     }
     return breaker
   }
-
-  /** Each node's breaker: open or closed, failures in a row (for stats and the console). */
-  states (): Array<{ node: string, open: boolean, failures: number }> {
-    return [...this.#byNode].map(([node, breaker]) => ({ node, open: breaker.open, failures: breaker.failures }))
-  }
 }

@@ -153,11 +153,6 @@ export class RedisStore implements Store {
     return this.#client.nodeOf(key)
   }
 
-  /** Each node's breaker that has decided anything: open or not (empty without a circuit breaker). */
-  breakers (): Array<{ node: string, open: boolean, failures: number }> {
-    return this.#breakers?.states() ?? []
-  }
-
   /** Usage changed after the decision (refundOn, settle, adjust), in this turn's batch. */
   adjust (entries: readonly Adjustment[]): Promise<boolean[]> {
     return new Promise((resolve, reject) => {

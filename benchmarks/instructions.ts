@@ -150,7 +150,7 @@ async function singleCalls (server: Callgrind, admin: Redis, only: AlgorithmName
   return [
     `# Redis instructions per decision at one decision per call, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     '',
-    `callgrind, ${SINGLE_DECISIONS.toLocaleString('en-US')} decisions per case: consume() with maxBatch 1 (each decision its algorithm's lone script), and @fastify/rate-limit's script, one EVALSHA per decision. Load ${loadStart.toFixed(2)} at the start (counts do not depend on it).`,
+    `callgrind, ${SINGLE_DECISIONS.toLocaleString('en-US')} decisions per case: consume() with maxBatch 1 (each decision its own call of the batch function), and @fastify/rate-limit's script, one EVALSHA per decision. Load ${loadStart.toFixed(2)} at the start (counts do not depend on it).`,
     '',
     '| case | in the script per decision | whole server per decision | redis.call per decision | script × @fastify/rate-limit\'s |',
     '| --- | ---: | ---: | ---: | ---: |',

@@ -5,7 +5,7 @@
 -- penalty.lua and paths.lua): a script's top level runs on every call, and
 -- each closure it creates costs (benchmarks/instructions.ts), so a batch of
 -- straight decisions builds none.
---@requires KEYS ARGV now specs emit errorText paths tonumber sFn sLimit sWindow sBurst sPenalty specOf SPEC_STRIDE DECISION_STRIDE ADJUST_STRIDE REPLY_PACK
+--@requires KEYS ARGV now specs emit errorText paths tonumber sFn sLimit sWindow sBurst sPenalty specOf SPEC_STRIDE DECISION_STRIDE ADJUST_STRIDE
 --@updates out
 
 out[1] = now
@@ -20,16 +20,8 @@ while at <= last do
   if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
   if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
-    -- emit's packed admitted case, inline (docs/performance.md, round 8)
-    --@inline emit: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
-    --| if ok then
-    --|   o = emit(o, a, r, reset, retry, nextMs)
-    if ok and a == 1 and reset < REPLY_PACK and nextMs < REPLY_PACK and reset >= 0 and nextMs >= 0 then
-      out[o + 1], out[o + 2] = r * 4 + 3, reset * REPLY_PACK + nextMs
-      o = o + 2
-    elseif ok then
+    if ok then
       o = emit(o, a, r, reset, retry, nextMs)
-    --@end
     else
       out[o + 1] = errorText(a)
       o = o + 1

@@ -101,15 +101,8 @@ return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap - dl) / limit), nextMs(d, cap, limit, w)
   end
 
-  -- admitted: nextMs and left inline (docs/performance.md, round 7); 0 < nd <= cap here
-  --@inline left nextMs: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
-  --| local whole = floor(nd / limit)
-  --| if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', ceil(nd / limit))) end
-  --| return 1, left(nd, cap, w), ceil(nd / limit), 0, nextMs(nd, cap, limit, w)
+  -- admitted: 0 < nd <= cap here
   local whole = floor(nd / limit)
-  local reset = ceil(nd / limit)
-  local units = floor((cap - nd) / w)
-  if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', reset)) end
-  return 1, units, reset, 0, ceil((nd - (cap - (units + 1) * w)) / limit)
-  --@end
+  if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', ceil(nd / limit))) end
+  return 1, left(nd, cap, w), ceil(nd / limit), 0, nextMs(nd, cap, limit, w)
 end

@@ -1,10 +1,11 @@
 import { test, type Test } from 'tap'
+import { readFileSync } from 'node:fs'
 import diagnostics from 'node:diagnostics_channel'
 import type { FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import { ALGORITHMS, CHANNELS, type RateLimitPluginOptions, type StoreErrorMessage } from '../lib/index.js'
-import { buildBatchScript, loadLoneScripts, type LoadedScript } from '../lib/store/redis/scripts.js'
-import { buildLibrary } from '../lib/store/redis/library.js'
+import { buildBatchScript } from '../scripts/build/assemble.js'
+import { buildLibrary } from '../scripts/build/library.js'
 import { buildApp } from './helpers/app.js'
 import { createClient, readState, scriptCalls } from './helpers/redis.js'
 import { adminClient, pluginClient, startProxy, startServer, waitFor, type ManagedServer } from './helpers/topologies.js'
@@ -125,7 +126,7 @@ async function libraryLoaded (admin: Redis): Promise<boolean> {
   return false
 }
 
-test('"Function not found" after FUNCTION FLUSH: a decision alone is sent again as EVAL of its lone script, decided once; the library is loaded again', async (t) => {
+test('"Function not found" after FUNCTION FLUSH: a decision alone is sent again as EVAL of the script, decided once; the library is loaded again', async (t) => {
   const { app, admin } = await setup(t)
   await burst(app, 1, '/count', () => 'c')
   t.same(await scriptCommands(admin), { fcall: 1, evalsha: 0, eval: 0 }, 'decisions go by FCALL')
@@ -135,8 +136,7 @@ test('"Function not found" after FUNCTION FLUSH: a decision alone is sent again 
   t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
   t.equal(app.rateLimit.stats().degraded, 0)
   t.same(await scriptCommands(admin), { fcall: 3, evalsha: 0, eval: 1 }, 'one FCALL met "Function not found", one EVAL answered it, then FCALL again')
-  const lone = loadLoneScripts()[ALGORITHMS.indexOf('fixed-window')] as LoadedScript
-  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL was of the lone script; the batch script was never needed')
+  t.same(await admin.script('EXISTS', buildBatchScript().sha), [1], 'the EVAL was of the script the EVALSHA route uses (its cache filled too)')
   const [key] = await admin.keys('co:{GET:/count|*')
   t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
 })
@@ -157,16 +157,15 @@ test('a Redis that refuses FUNCTION: decisions go by EVALSHA, and NOSCRIPT after
   const server = await startServer(['--rename-command', 'FUNCTION', ''], { label: 'coalesce-no-functions' })
   const { app, admin } = await setup(t, {}, undefined, server)
   await burst(app, 1, '/count', () => 'c')
-  t.same(await scriptCommands(admin), { fcall: 0, evalsha: 1, eval: 0 }, 'FUNCTION LOAD was refused at ready(): the decision went by EVALSHA')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 1, eval: 0 }, 'FUNCTION LOAD was refused at ready() and one FCALL found no library loaded by hand: the decision went by EVALSHA')
   await admin.script('FLUSH')
   t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
   t.equal((await app.inject({ url: '/count', headers: { 'x-user': 'c' } })).statusCode, 200)
-  const lone = loadLoneScripts()[ALGORITHMS.indexOf('fixed-window')] as LoadedScript
-  t.same(await admin.script('EXISTS', lone.sha, buildBatchScript().sha), [1, 0], 'the EVAL loaded the lone script; the batch script was never needed')
+  t.same(await admin.script('EXISTS', buildBatchScript().sha), [1], 'the EVAL loaded the script again')
   await admin.script('FLUSH')
   const statuses = await burst(app, 50, '/count', () => 'c')
   t.equal(statuses.filter((code) => code === 200).length, 50)
-  t.same(await scriptCommands(admin), { fcall: 0, evalsha: 4, eval: 2 }, 'each NOSCRIPT answered by one EVAL, then EVALSHA again')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 4, eval: 2 }, 'each NOSCRIPT answered by one EVAL, then EVALSHA again')
   t.equal(app.rateLimit.stats().degraded, 0)
   const [key] = await admin.keys('co:{GET:/count|*')
   t.equal((await readState(admin, key as string))?.[1], 53, 'every decision counted exactly once')
@@ -209,7 +208,7 @@ test('Redis absent at ready(), then one that refuses FUNCTION: the route change 
   t.equal(refusal().length, 1, 'one debug line')
   t.match(refusal()[0]?.cause, /unknown command 'FUNCTION'/)
   t.notMatch(refusal()[0]?.cause, /args beginning|#!lua/, 'without the Lua Redis quotes after the error')
-  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 1, eval: 1 }, '"Function not found", one EVAL, then EVALSHA')
+  t.same(await scriptCommands(admin), { fcall: 2, evalsha: 1, eval: 1 }, '"Function not found", one EVAL (and one FCALL finding no library loaded by hand), then EVALSHA')
   t.equal(app.rateLimit.stats().degraded, 0)
 })
 
@@ -290,4 +289,34 @@ test('maxBatch and maxPending are validated at register', async (t) => {
   for (const [option, value] of [['maxBatch', 0], ['maxBatch', 2000], ['maxBatch', '64'], ['maxPending', 0], ['maxPending', 1.5]] as const) {
     await t.rejects(buildApp({ store: 'memory', [option]: value } as never), { code: 'FST_RRL_INVALID_OPTION', message: new RegExp(`${option}.*got ${typeof value === 'string' ? '"64"' : String(value)}`) }, `${option}: ${String(value)}`)
   }
+})
+
+test('an ACL that refuses FUNCTION LOAD: a library an operator loaded by hand is called by FCALL; without it, EVALSHA', async (t) => {
+  const server = await startServer([], { label: 'coalesce-acl' })
+  const admin = adminClient(server.port)
+  t.teardown(() => { admin.disconnect() })
+  // The application's user may do anything but load functions.
+  await admin.call('ACL', 'SETUSER', 'app', 'on', '>app-secret', '~*', '&*', '+@all', '-function|load')
+  const appClient = (): Redis => createClient(server, { username: 'app', password: 'app-secret' })
+  const probe = appClient()
+  const refused: unknown = await probe.call('FUNCTION', 'LOAD', buildLibrary().source).then(() => undefined, (error: unknown) => error)
+  probe.disconnect()
+  t.match(String(refused), /NOPERM/, 'the user cannot load the library itself')
+
+  // No library there: EVALSHA.
+  const without = await setup(t, {}, appClient(), server)
+  await burst(without.app, 3, '/count', () => 'c')
+  t.same(await scriptCommands(admin), { fcall: 1, evalsha: 1, eval: 0 }, 'no library loaded (one FCALL found none): the batch went by EVALSHA')
+  await without.app.close()
+
+  // The operator loads the shipped file by hand (docs/operations.md): the next app calls it.
+  await admin.call('FUNCTION', 'LOAD', readFileSync(new URL('../scripts/library.lua', import.meta.url), 'utf8'))
+  await admin.config('RESETSTAT')
+  const { app } = await setup(t, {}, appClient(), server)
+  const statuses = await burst(app, 5, '/count', () => 'c')
+  t.same(statuses, [200, 200, 200, 200, 200])
+  const calls = await scriptCommands(admin)
+  t.equal(calls.evalsha + calls.eval, 0, 'nothing by EVALSHA or EVAL')
+  t.ok(calls.fcall >= 2, `decisions by FCALL of the hand-loaded library (${calls.fcall} calls: the probe and the batch)`)
+  t.equal(app.rateLimit.stats().degraded, 0)
 })

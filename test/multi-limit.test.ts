@@ -13,7 +13,7 @@ import { buildApp, compileContext, setupRedisApp, setupStoreApp, TestClock, test
 import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix, windowTag } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/store/algorithms.js'
 import { compileGlobals, compilePolicy, type BlockRun } from '../lib/policy/policy.js'
-import { buildBatchScript } from '../lib/store/redis/scripts.js'
+import { buildBatchScript } from '../scripts/build/assemble.js'
 import { READ_BLOCK_LUA } from './helpers/lua.js'
 import { MemoryStore } from '../lib/store/memory/store.js'
 

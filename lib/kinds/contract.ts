@@ -53,8 +53,6 @@ export interface BlockKind {
   readonly holdsSlot: boolean
   /** Decided in one pass when alone and without a penalty (a slot is taken only after a dry pass admits). */
   readonly straight: boolean
-  /** A straight run the algorithm's lone script takes (no per-spec tail). */
-  readonly lone: boolean
   /** What the run is decided at, in the scripts and the memory step: its cost, or the request's slot id. */
   callArg: (cost: number, slot: string | undefined) => number | string
   /** The batch script's per-spec tail after the spec text: a period's boundaries, else ''. */

@@ -3,12 +3,12 @@
  * fragments with the production builder (lib/store/redis/scripts.ts): one
  * algorithm on its own (algorithms.test.ts, scripts.test.ts, benchmarks), and
  * the multi-limit driver on its own (benchmarks/scripts.ts). The store
- * sends only the batch and lone scripts (or the library's functions).
+ * sends only the batch function (or the same driver as a script: scripts/library.lua, eval-script.lua).
  */
 import { createHash } from 'node:crypto'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
 import { REPLY_PACK } from '../../lib/store/redis/protocol.js'
-import { assemble, bindings, chunk, generated, PRELUDE_LINE, readSources, sharedTop, type LoadedScript, type ScriptSources } from '../../lib/store/redis/scripts.js'
+import { assemble, bindings, chunk, generated, PRELUDE_LINE, readSources, sharedTop, type LoadedScript, type ScriptSources } from '../../scripts/build/assemble.js'
 
 /** Values per block in the multi script's ARGV (after the two leading ones). */
 export const MULTI_STRIDE = 6

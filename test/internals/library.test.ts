@@ -10,9 +10,9 @@
 import { test } from 'tap'
 import fc from 'fast-check'
 import { ALGORITHMS } from '../../lib/store/algorithms.js'
-import { adjustCall, decideCall, frameBatch, frameLone, splitBatchReply, type EncodedCall } from '../../lib/store/redis/protocol.js'
-import { buildBatchScript, loadLoneScripts, readSources } from '../../lib/store/redis/scripts.js'
-import { buildLibrary } from '../../lib/store/redis/library.js'
+import { adjustCall, decideCall, frameBatch, splitBatchReply, type EncodedCall } from '../../lib/store/redis/protocol.js'
+import { buildBatchScript, readSources } from '../../scripts/build/assemble.js'
+import { buildLibrary } from '../../scripts/build/library.js'
 import { isFunctionMissing, isLibraryLoaded } from '../../lib/store/redis/client/port.js'
 import { penaltyKey, type BlockRun } from '../../lib/store/port.js'
 import type { Redis } from 'ioredis'
@@ -67,15 +67,13 @@ function encode (c: Call, runs: readonly BlockRun[], side: string, now: number):
   return decideCall({ runs: blocks.map(([n]) => runs[n] as BlockRun), keys: blocks.map(([n]) => key(n)), costs: blocks.map(([, cost]) => cost) }, c.peek ? 'peek' : 'charge', noop, noop)
 }
 
-test('FCALL of the library answers as EVALSHA of the scripts, batch and lone, step by step', async (t) => {
+test('FCALL of the library answers as EVALSHA of the script, step by step', async (t) => {
   const { admin } = await privateRedis(t)
   const library = buildLibrary()
   const batch = buildBatchScript()
-  const lone = loadLoneScripts()
   await admin.call('FUNCTION', 'LOAD', library.source)
-  for (const script of [batch, ...lone]) await admin.script('LOAD', script.source)
+  await admin.script('LOAD', batch.source)
   let scenario = 0
-  let loneSteps = 0
   await fc.assert(fc.asyncProperty(fc.array(run, { minLength: 4, maxLength: 4 }), fc.array(step, { minLength: 1, maxLength: 12 }), async (runs, steps) => {
     const a = `fx${++scenario}:a`
     const b = `fx${scenario}:b`
@@ -84,11 +82,8 @@ test('FCALL of the library answers as EVALSHA of the scripts, batch and lone, st
       now += advanceMs
       const viaScript = calls.map((c) => encode(c, runs, a, now))
       const viaFunction = calls.map((c) => encode(c, runs, b, now))
-      const single = frameLone(viaScript, now)
-      const [scripted, called] = single === undefined
-        ? [await admin.evalsha(batch.sha, ...frameBatch(viaScript, now) as [number]), await admin.call('FCALL', library.batch, ...frameBatch(viaFunction, now).map(String))]
-        : [await admin.evalsha(lone[single.algorithmNumber - 1]!.sha, ...single.args as [number]), await admin.call('FCALL', library.lone[single.algorithmNumber - 1]!, ...frameLone(viaFunction, now)!.args.map(String))]
-      if (single !== undefined) loneSteps++
+      const scripted = await admin.evalsha(batch.sha, ...frameBatch(viaScript, now) as [number])
+      const called = await admin.call('FCALL', library.batch, ...frameBatch(viaFunction, now).map(String))
       if (JSON.stringify(scripted) !== JSON.stringify(called)) return false
     }
     for (let n = 0; n < 4; n++) {
@@ -99,7 +94,6 @@ test('FCALL of the library answers as EVALSHA of the scripts, batch and lone, st
     return true
   }), { numRuns: NUM_RUNS })
   t.pass(`${scenario} scenarios: every reply and every stored state the same`)
-  t.ok(loneSteps > 10, `lone decisions compared too (${loneSteps} steps)`)
 })
 
 test('a changed source is a new library with new function names, loaded beside the old; the same library twice is recognised', async (t) => {
@@ -110,7 +104,7 @@ test('a changed source is a new library with new function names, loaded beside t
   t.not(changed.name, current.name)
   t.not(changed.batch, current.batch)
   t.match(current.name, /^frrl_[0-9a-f]{12}$/)
-  t.ok(current.lone.every((name) => name.startsWith(`${current.name}_`)), 'every function name carries the version')
+  t.equal(current.batch, `${current.name}_batch`, 'the function name carries the version')
   await admin.call('FUNCTION', 'LOAD', current.source)
   await admin.call('FUNCTION', 'LOAD', changed.source)
   const again: unknown = await admin.call('FUNCTION', 'LOAD', current.source).then(() => undefined, (error: unknown) => error)

@@ -10,16 +10,17 @@ import { test } from 'tap'
 import { readdirSync, readFileSync } from 'node:fs'
 import { getRedis, createClient, readState, uniquePrefix } from '../helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
-import { buildBatchScript, loadLoneScripts, parseFragment, readSources, type LoadedScript } from '../../lib/store/redis/scripts.js'
+import { buildBatchScript, parseFragment, readSources } from '../../scripts/build/assemble.js'
 import { luacheckConfig } from '../helpers/luacheckrc.js'
 import { buildMultiScript, loadScripts } from '../helpers/lua.js'
+import { LIBRARY_FILE, SCRIPT_FILE } from '../../lib/store/redis/lua.js'
 
 const dir = new URL('../../scripts/', import.meta.url)
 const files = readSources()
 const sources = Object.fromEntries(ALGORITHMS.map((name) => [name, files[name].text])) as Record<AlgorithmName, string>
 const scripts = loadScripts(files)
 /** The drivers and the prelude every script starts with, beside the algorithm files. */
-const SHARED = ['batch.lua', 'batch-specs.lua', 'batch-loop.lua', 'clock.lua', 'concurrency.lua', 'lone.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
+const SHARED = ['batch.lua', 'batch-specs.lua', 'batch-loop.lua', 'clock.lua', 'concurrency.lua', 'multi.lua', 'paths.lua', 'penalty.lua', 'prelude.lua', 'reply.lua', 'spec.lua']
 
 /** Commands the scripts may use, by what they do to the key. */
 const READS = new Set(['GET', 'MGET', 'ZCARD', 'ZRANGE', 'ZRANGEBYSCORE', 'ZREVRANGEBYSCORE', 'ZCOUNT', 'ZSCORE', 'HGET', 'HMGET', 'PTTL', 'EXISTS'])
@@ -81,9 +82,9 @@ function literal (expr: string | undefined): string | undefined {
   return m?.[2]?.toUpperCase()
 }
 
-test('the scripts directory holds one file per algorithm, the drivers and the prelude', async (t) => {
+test('the scripts directory holds one file per algorithm, the drivers and the prelude, and the two generated files', async (t) => {
   const found = readdirSync(dir).filter((f) => f.endsWith('.lua')).sort()
-  t.same(found, [...ALGORITHMS.map((a) => `${a}.lua`), ...SHARED].sort())
+  t.same(found, [...ALGORITHMS.map((a) => `${a}.lua`), ...SHARED, LIBRARY_FILE, SCRIPT_FILE].sort())
 })
 
 /** Where the top-level helper a position sits in is called, when it sits in one (`local function name (`). */
@@ -333,31 +334,30 @@ test('the scripts load and run by SHA, the SHA computed at startup equal to what
     t.equal(reply[0], 1, `${name}: admitted`)
     await client.del(key)
   }
-  // A lone decision's script: the batch script's reply, `now` first (the time it charged at, from Redis TIME
-  // here), then the straight decision (batch.lua: remaining * 4 + allowed, resetMs, retryAfterMs unless
+  // One straight decision in the batch script: `now` first (the time it charged at, from Redis TIME
+  // here), then the decision (batch.lua: remaining * 4 + allowed, resetMs, retryAfterMs unless
   // admitted, nextMs; admitted within PACK ms, remaining * 4 + 3 and resetMs * PACK + nextMs), or the error text alone.
-  const lone = loadLoneScripts()
+  const script = buildBatchScript()
+  t.equal(await client.script('LOAD', script.source), script.sha, 'the batch script: SCRIPT LOAD')
   for (const [i, name] of ALGORITHMS.entries()) {
-    const script = lone[i] as LoadedScript
-    t.equal(await client.script('LOAD', script.source), script.sha, `${name} (lone): SCRIPT LOAD`)
     const key = `${prefix}:{lone-${name}}`
-    // ARGV: the spec's text (algorithm|limit|windowMs|burst|shadow|penalty), cost, now ('' = Redis TIME)
+    // ARGV: now ('' = Redis TIME), one spec (algorithm|limit|windowMs|burst|shadow|penalty) and its empty tail, the decision at spec 1 with cost 1
     const spec = `${i + 1}|5|1000|5||`
     const before = Date.now()
-    const [now, ...reply] = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.ok(Number.isInteger(now) && Math.abs((now as number) - before) < 1000, `${name} (lone): Redis TIME in ms first (${String(now)})`)
-    t.equal(reply.length, 2, `${name} (lone): two numbers when admitted within PACK`)
-    t.equal(reply[0], 4 * 4 + 3, `${name} (lone): admitted, 4 left, resetMs and nextMs packed`)
+    const [now, ...reply] = await client.evalsha(script.sha, 1, key, '', 1, spec, '', 1) as unknown[]
+    t.ok(Number.isInteger(now) && Math.abs((now as number) - before) < 1000, `${name} (one decision): Redis TIME in ms first (${String(now)})`)
+    t.equal(reply.length, 2, `${name} (one decision): two numbers when admitted within PACK`)
+    t.equal(reply[0], 4 * 4 + 3, `${name} (one decision): admitted, 4 left, resetMs and nextMs packed`)
     const resetMs = Math.floor(reply[1] as number / PACK)
     // sliding-window: a count weighs until its window has left the trailing one, up to two windows on
     // (and nextMs, one unit short of full, is resetMs)
     const maxReset = name === 'sliding-window' ? 2000 : 1000
-    t.ok(resetMs > 0 && resetMs <= maxReset && (reply[1] as number) % PACK <= maxReset, `${name} (lone): resetMs ${resetMs}, nextMs ${(reply[1] as number) % PACK}`)
+    t.ok(resetMs > 0 && resetMs <= maxReset && (reply[1] as number) % PACK <= maxReset, `${name} (one decision): resetMs ${resetMs}, nextMs ${(reply[1] as number) % PACK}`)
     await client.del(key)
     await client.hset(key, 'not', 'a state')
-    const [, ...failed] = await client.evalsha(script.sha, 1, key, spec, 1, '') as unknown[]
-    t.equal(failed.length, 1, `${name} (lone): a failing decision answers one value after now …`)
-    t.match(String(failed[0]), /WRONGTYPE/, `${name} (lone): … the error text`)
+    const [, ...failed] = await client.evalsha(script.sha, 1, key, '', 1, spec, '', 1) as unknown[]
+    t.equal(failed.length, 1, `${name} (one decision): a failing decision answers one value after now …`)
+    t.match(String(failed[0]), /WRONGTYPE/, `${name} (one decision): … the error text`)
     await client.del(key)
   }
   for (const [what, script] of [['batch', buildBatchScript()], ['multi', buildMultiScript()]] as const) {

@@ -110,7 +110,7 @@ test('cluster: fresh clients, the first burst after ready(): two instances, 200 
 
 /** Whether the Cluster node on `port` holds the store's Functions library. */
 async function holdsLibrary (port: number): Promise<boolean> {
-  const { buildLibrary } = await import('../../lib/store/redis/library.js')
+  const { buildLibrary } = await import('../../scripts/build/library.js')
   return (await cluster.admin(port).call('FUNCTION', 'LIST', 'LIBRARYNAME', buildLibrary().name) as unknown[]).length > 0
 }
 

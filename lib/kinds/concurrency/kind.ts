@@ -15,7 +15,6 @@ export const concurrencyKind: BlockKind = {
   keySuffix: () => 'cc',
   holdsSlot: true,
   straight: false,
-  lone: false,
   callArg: (_cost, slot) => slot ?? '',
   // A block with `wait`: 'w' may join the slot's queue, 'o' keeps its order without joining (scripts/batch.lua queueFn).
   specTail: ({ params }) => params.delayMs === undefined ? '' : params.hold === false ? 'o' : 'w',

@@ -41,8 +41,6 @@ export const periodKind: BlockKind = {
   },
   holdsSlot: false,
   straight: true,
-  // The lone scripts take no calendar period: the batch script's periodFn does.
-  lone: false,
   callArg: (cost) => cost,
   specTail: (run) => boundariesOf(run).arg(),
   chargeMark: (_run, _decision, at) => at,

@@ -85,7 +85,6 @@ export const windowKind: BlockKind = {
   keySuffix: ({ algorithm, windowMs }) => windowSuffix(SUFFIX[nameOf(algorithm)], windowMs),
   holdsSlot: false,
   straight: true,
-  lone: true,
   callArg: (cost) => cost,
   specTail: () => '',
   chargeMark: (_run, _decision, at) => at,
@@ -100,8 +99,7 @@ export const windowKind: BlockKind = {
 /**
  * A gcra or token-bucket window with `delay`: the window kind whose runs may
  * reserve a later turn. Its spec's tail carries the reach ('d<ms>', or
- * 'n<ms>' for a run that reserves none: scripts/batch.lua delayFn), so the
- * lone scripts, which take no tail, never run it.
+ * 'n<ms>' for a run that reserves none: scripts/batch.lua delayFn).
  */
 export const delayedWindowKind: BlockKind = {
   ...windowKind,
@@ -110,7 +108,6 @@ export const delayedWindowKind: BlockKind = {
     if (code === undefined) throw new TypeError('only gcra and token-bucket blocks delay')
     return windowSuffix(code, windowMs)
   },
-  lone: false,
   specTail: ({ params }) => `${params.hold === false ? 'n' : 'd'}${params.delayMs ?? 0}`,
   // A gcra turn is given back only while its arrival time is the latest: the one its charge left, rounded up.
   chargeMark: (run, decision, at) => run.algorithm === 'gcra' ? at + decision.resetMs : at

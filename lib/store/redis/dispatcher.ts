@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
-import { frameBatch, frameLone, splitBatchReply } from './protocol.js'
+import { frameBatch, splitBatchReply } from './protocol.js'
 import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
@@ -16,8 +16,6 @@ import { item } from '../../util/item.js'
  * protocol.ts's, of which this module knows nothing more): one
  * FCALL (or EVALSHA: script-route.ts), one Redis TIME, one reply to parse,
  * instead of one command each.
- * A turn with one straight decision (most turns under light load) calls its
- * algorithm's lone script instead, which costs Redis a third less for it.
  * The queue is flushed in setImmediate, after the poll phase that read the
  * requests, so a turn that parsed 500 requests sends one call (or a few, at
  * most `maxBatch` decisions each). On a Cluster the decisions are grouped by
@@ -191,15 +189,11 @@ export class Dispatcher {
   /** One script call for these jobs, bounded as the module comment says. */
   #send (jobs: readonly BatchJob[], lane: Lane<BatchJob> | undefined): void {
     const now = this.#options.clock?.()
-    // One straight decision alone (most calls under light load) goes to its algorithm's own script.
-    const lone = frameLone(jobs, now)
-    const script = lone?.algorithmNumber ?? 0
-    const args = lone?.args ?? frameBatch(jobs, now)
+    const args = frameBatch(jobs, now)
     const op = this.#route.functions ? 'fcall' : 'evalsha'
-    const first = this.#client.script(op, this.#route.first(script), args)
+    const first = this.#client.script(op, this.#route.first(), args)
     const call: InFlight = {
       jobs,
-      script,
       args,
       first,
       current: first,
@@ -275,7 +269,7 @@ export class Dispatcher {
     if (!call.timedOut && call.op !== 'eval' && (isFunctionMissing(error) || isNoScript(error) || isFcallRefused(error))) {
       if (isFcallRefused(error)) this.#route.refuse(error)
       else if (call.op === 'fcall') this.#route.reload()
-      call.current = this.#client.script('eval', this.#route.script(call.script).source, call.args)
+      call.current = this.#client.script('eval', this.#route.script.source, call.args)
       call.op = 'eval'
       this.#listen(call)
       return

@@ -1,6 +1,5 @@
 import type { ScriptCall, ScriptOp } from './client/port.js'
 import type { EncodedCall, Settlement } from './protocol.js'
-import type { ScriptNumber } from './script-route.js'
 import type { Lane } from './lanes.js'
 
 /*
@@ -55,8 +54,7 @@ export function owedFor (call: InFlight, timeout: number, at: number): boolean {
 /** One script call in flight: its jobs and what the timeout rule judges it by. */
 export interface InFlight {
   jobs: readonly BatchJob[]
-  /** The script called (script-route.ts numbers), and its framed arguments after the name (or SHA), kept for the EVAL after "Function not found" or NOSCRIPT. */
-  script: ScriptNumber
+  /** Its framed arguments after the name (or SHA), kept for the EVAL after "Function not found" or NOSCRIPT. */
   args: ReadonlyArray<string | number>
   /** The call first written (FCALL or EVALSHA): the timeout rule measures from its write. */
   first: ScriptCall

@@ -4,7 +4,7 @@ import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
 import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
 import { item } from '../../util/item.js'
 import { isInteger } from '../../util/validate.js'
-import { SpecTable, specOf } from './specs.js'
+import { SpecTable } from './specs.js'
 
 /*
  * The batch script's wire format, in one place: what a decision, peek or
@@ -171,22 +171,6 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
 }
 
 /**
- * A batch of one straight decision (one block, charged, no penalty, period or
- * slot) as its algorithm's lone script takes it (scripts.ts loadLoneScripts):
- * the algorithm number and the arguments after the name or SHA (key count,
- * key, spec text, cost, now). Its reply is laid out as the batch script's
- * (splitBatchReply reads both). Undefined for any other batch.
- */
-export function frameLone (calls: readonly EncodedCall[], now: number | undefined): { algorithmNumber: number, args: Array<string | number> } | undefined {
-  if (calls.length !== 1) return undefined
-  const call = item(calls, 0)
-  const run = straightRun(call)
-  // The lone scripts take no per-spec tail (batch.lua's periodFn). A straight run is a decision's.
-  if (run === undefined || !run.kind.lone || call.kind !== 'decide') return undefined
-  return { algorithmNumber: run.algorithmNumber, args: [1, item(call.keys, 0), specOf(run), item(call.costs, 0), now === undefined ? '' : String(now)] }
-}
-
-/**
  * A decision's blocks from list[at] on, as the scripts send them (batch.lua:
  * `remaining * 4 + allowed`, resetMs, retryAfterMs unless allowed is 1,
  * nextMs; or `remaining * 4 + 3` and resetMs * REPLY_PACK + nextMs), into
@@ -252,7 +236,7 @@ export interface SplitReply {
 }
 
 /**
- * Splits a batch reply (or a lone script's): its first value is the script's
+ * Splits a batch reply: its first value is the script's
  * `now`; then its calls' values or error text alone each: per call its values
  * (DECISION_STRIDE per block for a decision, one per entry for adjustments),
  * or the error it failed with.

@@ -4,8 +4,7 @@ import { FST_RRL_EVICTION_POLICY, FST_RRL_REDIS_CIRCUIT_OPEN, FST_RRL_REDIS_UNAV
 import { NodeBreakers, type BreakerOptions } from './breakers.js'
 import { Dispatcher, type DispatchOptions } from './dispatcher.js'
 import { adjustCall, decideCall, toAdjusted, toDecisions } from './protocol.js'
-import { buildBatchScript, loadLoneScripts, readSources } from './scripts.js'
-import { buildLibrary } from './library.js'
+import { readLibrary, readScript } from './lua.js'
 import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
@@ -15,7 +14,7 @@ import { penaltyKey, type Adjustment, type RecordHash, type StartupLog, type Dec
 /*
  * The Redis store: every decision, peek and adjustment goes through the
  * dispatcher (dispatcher.ts), which sends the decisions of one
- * event-loop turn as one call of the batch script (or a lone decision's script), bounded by `timeout`
+ * event-loop turn as one call of the batch function, bounded by `timeout`
  * (measured on Redis, not on Node's own lag). A client that is not ready is
  * not asked (its offline queue would hold the request for seconds).
  */
@@ -93,8 +92,7 @@ export class RedisStore implements Store {
     this.#clock = clock
     this.#retryMs = Math.max(50, options.timeout)
     this.#breakers = options.breaker === undefined ? undefined : new NodeBreakers(options.breaker, options.timeout, options.elapsed ?? (() => performance.now()))
-    const sources = readSources()
-    this.#route = new ScriptRoute(client, buildBatchScript(sources), loadLoneScripts(sources), buildLibrary(sources))
+    this.#route = new ScriptRoute(client, readScript(), readLibrary())
     this.#dispatcher = new Dispatcher(client, this.#route, { ...options, clock }, (entries) => { this.#releaseAbandoned(entries) })
   }
 

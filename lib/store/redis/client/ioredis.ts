@@ -88,6 +88,7 @@ function masterPort (node: IoRedisLike): MasterPort {
     address: `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`,
     scriptLoad: async (source) => await node.script('LOAD', source),
     functionLoad: async (source) => await node.call('FUNCTION', 'LOAD', source),
+    functionCall: async (name, args) => await node.call('FCALL', name, ...args.map(String)),
     configGet: async (names) => toStringMap(await node.call('CONFIG', 'GET', ...names))
   }
 }

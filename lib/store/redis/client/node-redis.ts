@@ -91,6 +91,7 @@ function masterPort (address: string, send: (args: string[]) => Reply): MasterPo
     address,
     scriptLoad: async (source) => await send(['SCRIPT', 'LOAD', source]),
     functionLoad: async (source) => await send(['FUNCTION', 'LOAD', source]),
+    functionCall: async (name, args) => await send(['FCALL', name, ...args.map(String)]),
     configGet: async (names) => toStringMap(await send(['CONFIG', 'GET', ...names]))
   }
 }

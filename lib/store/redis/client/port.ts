@@ -40,6 +40,8 @@ export interface MasterPort {
   scriptLoad: (source: string) => Promise<unknown>
   /** FUNCTION LOAD (no REPLACE: a library of the same name is the same version). */
   functionLoad: (source: string) => Promise<unknown>
+  /** FCALL on this master: whether a library it could not load is there all the same (loaded by hand). */
+  functionCall: (name: string, args: ReadonlyArray<string | number>) => Promise<unknown>
   /** CONFIG GET, normalised (a RESP2 flat list, a RESP3 object or a Map). */
   configGet: (names: readonly string[]) => Promise<Map<string, string>>
 }

@@ -20,7 +20,7 @@ while at <= last do
   if s == nil and head == '-2' then s, cost, width = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), 3 end
   if s then
     local ok, a, r, reset, retry, nextMs = pcall(sFn[s], KEYS[k], sLimit[s], sWindow[s], sBurst[s], cost, now, 0)
-    -- emit's packed admitted case, inline (docs/performance.md, round 8)
+    -- emit's packed admitted case, inline: the common case makes no Lua call
     --@inline emit: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
     --| if ok then
     --|   o = emit(o, a, r, reset, retry, nextMs)

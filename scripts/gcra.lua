@@ -101,7 +101,7 @@ return function (key, limit, w, burst, cost, now, mode, chargedAt, reach, hold)
     return 0, left(d, cap, w), ceil(d / limit), ceil((nd - cap - dl) / limit), nextMs(d, cap, limit, w)
   end
 
-  -- admitted: nextMs and left inline (docs/performance.md, round 7); 0 < nd <= cap here
+  -- admitted: nextMs and left inline (the common path makes no Lua call); 0 < nd <= cap here
   --@inline left nextMs: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
   --| local whole = floor(nd / limit)
   --| if mode == 0 then call('SET', key, packNumbers('<dd', now + whole, nd - whole * limit), 'PX', format('%d', ceil(nd / limit))) end

@@ -21,4 +21,4 @@ end
 -- for integers with |a| below 2^53 and b >= 1: a / b is q + r/b, at least 1/b
 -- from the next integer, and rounding moves it by at most |a / b| * 2^-53,
 -- which is less than 1/b while |a| < 2^53. Written inline: a Lua function
--- call around it costs more than the division (benchmarks/instructions.ts).
+-- call around it would cost more than the division (benchmarks/instructions.ts).

@@ -47,8 +47,8 @@
 -- allowed is 1 (it is 0 then), then nextMs; a reserved turn (a delay's
 -- allowed 4) answers `-wait`, resetMs, nextMs, or with units free before it (a cost
 -- above them) `-wait`, -1 - resetMs, nextMs, those units: three integers for an admitted
--- block, four otherwise (each integer of a reply costs Redis a few hundred
--- instructions and ioredis 0.1-0.3 µs). An admitted block whose resetMs and
+-- block, four otherwise (each integer of a reply costs Redis to write and
+-- ioredis to decode). An admitted block whose resetMs and
 -- nextMs are both below REPLY_PACK (reply.lua) answers two: `remaining * 4 + 3`,
 -- then resetMs * REPLY_PACK + nextMs. Adjustments answer one per entry:
 -- 1 when it changed something, else 0. reply.lua writes it (emit), protocol.ts
@@ -86,7 +86,7 @@ local function queueFn (fn, tail)
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each
--- call sets specs 1…S and reads no further; docs/performance.md, round 6).
+-- call sets specs 1…S and reads no further: no table is built per call).
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it ('1', '2', …): a table read
 -- per decision instead of a tonumber (strtod); numbered up to the most specs seen.

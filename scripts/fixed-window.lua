@@ -109,7 +109,7 @@ return function (key, limit, w, _, cost, now, mode, chargedAt, periodStart)
   if mode == 1 or cost > limit then return decideDry(key, limit, w, cost, base, toEnd) end
 
   -- The common case: one INCRBY, undone by INCRBY -cost when refused; increment and
-  -- countIn inline, a cost of 1 sent as text (docs/performance.md, round 7).
+  -- countIn inline, a cost of 1 sent as text (Redis formats a Lua number with %.17g).
   --@inline countIn: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
   --| local before = pcallRedis('INCRBY', key, cost)
   --| if type(before) == 'number' then before = before - cost else before = foreign(before) end

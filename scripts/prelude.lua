@@ -7,7 +7,7 @@
 
 -- packNumbers, unpackNumbers: state format 2 (the uppercase key suffixes), an
 -- algorithm's numbers packed as little-endian doubles, exact below 2^53.
--- Decimal text cost more than the algorithm: three tonumber (strtod) to read
+-- Decimal text would cost more than the algorithm: three tonumber (strtod) to read
 -- it, string.format to write it. A stored value of another length is not ours
 -- and reads as absent.
 -- A Redis Functions library sees none of these while it loads: it declares the
@@ -21,4 +21,4 @@ end
 -- for integers with |a| below 2^53 and b >= 1: a / b is q + r/b, at least 1/b
 -- from the next integer, and rounding moves it by at most |a / b| * 2^-53,
 -- which is less than 1/b while |a| < 2^53. Written inline: a Lua function
--- around it cost 3 % of a decision (benchmarks/instructions.ts).
+-- call around it would cost more than the division (benchmarks/instructions.ts).

@@ -18,7 +18,7 @@ local out = {}
 -- An admitted block's resetMs and nextMs travel as one integer, resetMs *
 -- REPLY_PACK + nextMs (protocol.ts), when both are below REPLY_PACK ms (18.6 h;
 -- every algorithm's are whole ms): its head is then remaining * 4 + 3, one
--- integer fewer per admitted block (docs/performance.md, round 8).
+-- integer fewer per admitted block (each costs Redis to write, the client to decode).
 
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an

@@ -41,8 +41,8 @@ local function topSeq (key, nowStr)
   return top
 end
 
--- The ms an entry was added at, from its member "<ms>:<seq>" (its score; not
--- WITHSCORES: docs/performance.md, round 9). A member of another form is not
+-- The ms an entry was added at, from its member "<ms>:<seq>" (its score, which
+-- WITHSCORES would hand over as %.17g text to parse). A member of another form is not
 -- ours: its score then.
 local function addedAt (key, member)
   local colon = find(member, ':', 1, true)
@@ -78,7 +78,7 @@ local function refusal (key, count, limit, w, cost, now, more)
 end
 
 -- The texts of now, w and the eviction cutoff, kept from the last decision: a
--- batch shares now, and most of its decisions w (docs/performance.md, round 8).
+-- batch shares now, and most of its decisions w; a string.format is dear.
 local lastNow, lastW, nowStr, wStr, cutoffStr
 -- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (about 70 kB of Lua memory at most).
 local SEQ_TEXTS = 1024
@@ -98,7 +98,7 @@ return function (key, limit, w, _, cost, now, mode)
 
   if cost <= limit and count + cost <= limit then
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty);
-    -- expiryOf(key, 1) and, for one unit, addUnits inline (docs/performance.md, round 7)
+    -- expiryOf(key, 1) and, for one unit, addUnits inline: no Lua call, no argument table
     --@inline expiryOf addUnits: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
     --| local nextMs = w
     --| if count > 0 then nextMs = expiryOf(key, 1, w, now) end

@@ -81,7 +81,7 @@ return function (key, limit, w, _, cost, now, mode, chargedAt)
   local elapsed = now - idx * w
   -- The stored counts of the current (cur) and previous (prev) window, zero when
   -- stale or absent, and whether the state was written in this window. Read, saved
-  -- and resetMs computed here, not in helpers (docs/performance.md, round 7).
+  -- and resetMs computed here, not in helpers: the common path makes no Lua call.
   local cur, prev, current = 0, 0, false
   local stored = call('GET', key)
   if stored and #stored == 24 then

@@ -1,7 +1,7 @@
 -- A block spec as one argument, 'algorithm|limit|windowMs|burst|shadow|penalty'
 -- (protocol.ts specText; shadow '1' or '', penalty 'after:forMs:backoff:maxMs'
 -- or ''), read once: a Redis Functions library keeps what it parsed between
--- calls (docs/performance.md, round 6).
+-- calls (a script's cache starts empty on every call).
 -- At most SPEC_CACHE_MAX texts are kept (limits given per request vary).
 -- Returns { algorithm number, limit, windowMs, burst, shadow (boolean), penalty }.
 --@requires match tonumber

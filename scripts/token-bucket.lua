@@ -69,7 +69,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
 
   -- The scaled tokens in the bucket now (below zero after an overdraft), and base:
   -- the ms they are counted at (later than now only if the clock went backwards).
-  -- Read here, not in a helper (docs/performance.md, round 7).
+  -- Read here, not in a helper: the common path makes no Lua call.
   local cap = burst * w
   -- the reservations' reach in units: the level may go down to -dl, an overdraft to floorAt
   local dl = 0
@@ -108,7 +108,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((-left - dl) / limit), nextMs(tokens, cap, limit, w, lag)
   end
 
-  -- admitted: resetMs and nextMs inline (docs/performance.md, round 7); tokens >= 0 here
+  -- admitted: resetMs and nextMs inline (the common path makes no Lua call); tokens >= 0 here
   --@inline whole resetMs nextMs: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
   --| tokens = tokens - need
   --| local reset = resetMs(tokens, cap, limit, lag)

@@ -22,6 +22,15 @@ test('every relative link of the documents reaches a file, and a heading in it',
   t.ok(checked >= 50, `${checked} links`)
 })
 
+test('docs/performance.md is the present state: at most 400 lines, no round-by-round headings', async (t) => {
+  const text = read('docs/performance.md')
+  const lines = text.split('\n').length - (text.endsWith('\n') ? 1 : 0)
+  t.ok(lines <= 400, `${lines} lines (the history belongs in benchmarks/results/HISTORY.md)`)
+  const headings = [...prose(text).matchAll(/^#{1,6} (.+)$/gm)].map(([, heading]) => heading as string)
+  t.ok(headings.length >= 5, `${headings.length} headings`)
+  for (const heading of headings) t.notMatch(heading, /\bRound |\bround \d/, `"${heading}" names no round`)
+})
+
 test('the README indexes every docs/ page, and CONTRIBUTING.md', async (t) => {
   const readme = read('README.md')
   for (const page of pages) t.match(readme, `](${page})`, `${page} is in the index`)

@@ -101,7 +101,7 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
 
 /**
  * A decision or peek of every block of one request, with what it answers to
- * (one object literal per request: spreading a call into a job cost 2 µs).
+ * (one object literal per request: spreading a call into a job would copy it again).
  */
 export function decideCall (request: StoreRequest, mode: DecideMode, resolve: Settlement['resolve'], reject: Settlement['reject']): DecisionCall & Settlement {
   return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], resolve, reject }

@@ -10,7 +10,7 @@ local SPEC_STRIDE, DECISION_STRIDE, ADJUST_STRIDE, REPLY_PACK, SLOT_RETRY_MS, QU
 
 -- packNumbers, unpackNumbers: state format 2 (the uppercase key suffixes), an
 -- algorithm's numbers packed as little-endian doubles, exact below 2^53.
--- Decimal text cost more than the algorithm: three tonumber (strtod) to read
+-- Decimal text would cost more than the algorithm: three tonumber (strtod) to read
 -- it, string.format to write it. A stored value of another length is not ours
 -- and reads as absent.
 -- A Redis Functions library sees none of these while it loads: it declares the
@@ -24,7 +24,7 @@ end
 -- for integers with |a| below 2^53 and b >= 1: a / b is q + r/b, at least 1/b
 -- from the next integer, and rounding moves it by at most |a / b| * 2^-53,
 -- which is less than 1/b while |a| < 2^53. Written inline: a Lua function
--- around it cost 3 % of a decision (benchmarks/instructions.ts).
+-- call around it would cost more than the division (benchmarks/instructions.ts).
 
 local call, pcallRedis, tonumber, floor, ceil, min, format, find, sub, byte, match, packNumbers, unpackNumbers = libraryFunctions()
 -- The clock every call reads once.
@@ -158,7 +158,7 @@ return function (key, limit, w, _, cost, now, mode, chargedAt, periodStart)
   if mode == 1 or cost > limit then return decideDry(key, limit, w, cost, base, toEnd) end
 
   -- The common case: one INCRBY, undone by INCRBY -cost when refused; increment and
-  -- countIn inline, a cost of 1 sent as text (docs/performance.md, round 7).
+  -- countIn inline, a cost of 1 sent as text (Redis formats a Lua number with %.17g).
   --@inline countIn: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
   --| local before = pcallRedis('INCRBY', key, cost)
   --| if type(before) == 'number' then before = before - cost else before = foreign(before) end
@@ -272,7 +272,7 @@ return function (key, limit, w, _, cost, now, mode, chargedAt)
   local elapsed = now - idx * w
   -- The stored counts of the current (cur) and previous (prev) window, zero when
   -- stale or absent, and whether the state was written in this window. Read, saved
-  -- and resetMs computed here, not in helpers (docs/performance.md, round 7).
+  -- and resetMs computed here, not in helpers: the common path makes no Lua call.
   local cur, prev, current = 0, 0, false
   local stored = call('GET', key)
   if stored and #stored == 24 then
@@ -366,8 +366,8 @@ local function topSeq (key, nowStr)
   return top
 end
 
--- The ms an entry was added at, from its member "<ms>:<seq>" (its score; not
--- WITHSCORES: docs/performance.md, round 9). A member of another form is not
+-- The ms an entry was added at, from its member "<ms>:<seq>" (its score, which
+-- WITHSCORES would hand over as %.17g text to parse). A member of another form is not
 -- ours: its score then.
 local function addedAt (key, member)
   local colon = find(member, ':', 1, true)
@@ -403,7 +403,7 @@ local function refusal (key, count, limit, w, cost, now, more)
 end
 
 -- The texts of now, w and the eviction cutoff, kept from the last decision: a
--- batch shares now, and most of its decisions w (docs/performance.md, round 8).
+-- batch shares now, and most of its decisions w; a string.format is dear.
 local lastNow, lastW, nowStr, wStr, cutoffStr
 -- Member suffixes ':<seq>' by seq, for the first SEQ_TEXTS seqs (about 70 kB of Lua memory at most).
 local SEQ_TEXTS = 1024
@@ -423,7 +423,7 @@ return function (key, limit, w, _, cost, now, mode)
 
   if cost <= limit and count + cost <= limit then
     -- one more unit frees when the oldest entry expires (this request's own, when the log was empty);
-    -- expiryOf(key, 1) and, for one unit, addUnits inline (docs/performance.md, round 7)
+    -- expiryOf(key, 1) and, for one unit, addUnits inline: no Lua call, no argument table
     --@inline expiryOf addUnits: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
     --| local nextMs = w
     --| if count > 0 then nextMs = expiryOf(key, 1, w, now) end
@@ -540,7 +540,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
 
   -- The scaled tokens in the bucket now (below zero after an overdraft), and base:
   -- the ms they are counted at (later than now only if the clock went backwards).
-  -- Read here, not in a helper (docs/performance.md, round 7).
+  -- Read here, not in a helper: the common path makes no Lua call.
   local cap = burst * w
   -- the reservations' reach in units: the level may go down to -dl, an overdraft to floorAt
   local dl = 0
@@ -579,7 +579,7 @@ return function (key, limit, w, burst, cost, now, mode, _chargedAt, reach, hold)
     return 0, whole(tokens, w), resetMs(tokens, cap, limit, lag), lag + ceil((-left - dl) / limit), nextMs(tokens, cap, limit, w, lag)
   end
 
-  -- admitted: resetMs and nextMs inline (docs/performance.md, round 7); tokens >= 0 here
+  -- admitted: resetMs and nextMs inline (the common path makes no Lua call); tokens >= 0 here
   --@inline whole resetMs nextMs: the helpers' form (--|), held equal to the code down to --@end by test/internals/inlined.test.ts
   --| tokens = tokens - need
   --| local reset = resetMs(tokens, cap, limit, lag)
@@ -851,7 +851,7 @@ local out = {}
 -- An admitted block's resetMs and nextMs travel as one integer, resetMs *
 -- REPLY_PACK + nextMs (protocol.ts), when both are below REPLY_PACK ms (18.6 h;
 -- every algorithm's are whole ms): its head is then remaining * 4 + 3, one
--- integer fewer per admitted block (docs/performance.md, round 8).
+-- integer fewer per admitted block (each costs Redis to write, the client to decode).
 
 -- One block's decision into the reply from out[o + 1]: remaining * 4 + allowed,
 -- resetMs, retryAfterMs unless admitted (it is 0 then), nextMs, or for an
@@ -888,7 +888,7 @@ end
 -- A block spec as one argument, 'algorithm|limit|windowMs|burst|shadow|penalty'
 -- (protocol.ts specText; shadow '1' or '', penalty 'after:forMs:backoff:maxMs'
 -- or ''), read once: a Redis Functions library keeps what it parsed between
--- calls (docs/performance.md, round 6).
+-- calls (a script's cache starts empty on every call).
 -- At most SPEC_CACHE_MAX texts are kept (limits given per request vary).
 -- Returns { algorithm number, limit, windowMs, burst, shadow (boolean), penalty }.
 --@requires match tonumber
@@ -955,8 +955,8 @@ end
 -- allowed is 1 (it is 0 then), then nextMs; a reserved turn (a delay's
 -- allowed 4) answers `-wait`, resetMs, nextMs, or with units free before it (a cost
 -- above them) `-wait`, -1 - resetMs, nextMs, those units: three integers for an admitted
--- block, four otherwise (each integer of a reply costs Redis a few hundred
--- instructions and ioredis 0.1-0.3 µs). An admitted block whose resetMs and
+-- block, four otherwise (each integer of a reply costs Redis to write and
+-- ioredis to decode). An admitted block whose resetMs and
 -- nextMs are both below REPLY_PACK (reply.lua) answers two: `remaining * 4 + 3`,
 -- then resetMs * REPLY_PACK + nextMs. Adjustments answer one per entry:
 -- 1 when it changed something, else 0. reply.lua writes it (emit), protocol.ts
@@ -994,7 +994,7 @@ local function queueFn (fn, tail)
 end
 
 -- The batch's specs by number. A library keeps these tables between calls (each
--- call sets specs 1…S and reads no further; docs/performance.md, round 6).
+-- call sets specs 1…S and reads no further: no table is built per call).
 local sFn, sLimit, sWindow, sBurst, sShadow, sPenalty = {}, {}, {}, {}, {}, {}
 -- A spec's number by its text as a decision sends it ('1', '2', …): a table read
 -- per decision instead of a tonumber (strtod); numbered up to the most specs seen.

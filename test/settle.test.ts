@@ -14,7 +14,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOption
 import type { RateLimitPluginOptions } from '../lib/index.js'
 import { buildApp, setupRedisApp, TestClock } from './helpers/app.js'
 import { createClient, getRedis, readState } from './helpers/redis.js'
-import { memoryAlgorithms, type GcraState, type TokenBucketState } from '../lib/kinds/window/memory/algorithms.js'
+import { memoryAlgorithms } from '../lib/kinds/window/memory/algorithms.js'
+import type { GcraState, TokenBucketState } from '../lib/kinds/window/memory/buckets.js'
 
 const SETTLING = ['fixed-window', 'sliding-window', 'token-bucket', 'gcra'] as const
 const STORES = ['redis', 'memory'] as const

@@ -1,8 +1,7 @@
-import type { BlockParams, RawDecision, RunAlgorithm } from '../store/algorithms.js'
+import type { BlockParams, MemoryStep, RawDecision, RunAlgorithm } from '../store/algorithms.js'
 import type { CalendarPeriod, CalendarSpec } from './period/calendar.js'
 import type { PolicyBlockSummary } from '../types/index.js'
 import type { BlockRun } from '../store/port.js'
-import type { MemoryStep } from './window/memory/algorithms.js'
 
 /*
  * The block-kind seam: what the engine, the headers, the stores and the end of

@@ -72,3 +72,35 @@ export interface RawDecision {
   /** Refused for now, but a place in the slot's queue is open to it (a concurrency block's `wait`): the waiters ahead of it. */
   queued?: number
 }
+
+/*
+ * The TypeScript side of the contract: each algorithm's memory model
+ * (kinds/window/memory/), and a concurrency block's (kinds/concurrency/memory-step.ts),
+ * answers a step with a decision, the new state and how long it matters.
+ */
+
+/** One decision step of a memory model. */
+export interface MemoryStep<S> {
+  decision: RawDecision
+  /** New state to store, or undefined = leave the stored state unchanged. */
+  state: S | undefined
+  /** How long the stored state matters from now (only meaningful with a new state; <= 0 means it may be dropped). */
+  ttlMs: number
+}
+
+/** One algorithm's memory model: the reference the Lua script is held to. */
+export interface MemoryAlgorithm<S = unknown> {
+  step (state: S | undefined, params: BlockParams, cost: number, now: number): MemoryStep<S>
+  /**
+   * Gives back `cost` units charged at `chargedAt` (ms, this store's clock;
+   * refundOn, settle, adjust), as the Lua script's `'2'` mode does, to the
+   * window they were charged in. Undefined: nothing to give back (state
+   * unchanged); `state: undefined` with `given`: the state may be dropped.
+   */
+  refund?: (state: S | undefined, params: BlockParams, cost: number, now: number, chargedAt: number) => { state: S | undefined, ttlMs: number } | undefined
+  /**
+   * Charges `cost` units without deciding (settle, adjust), as the Lua
+   * script's mode 3 does: never refused, usage may go over the limit.
+   */
+  charge?: (state: S | undefined, params: BlockParams, cost: number, now: number) => { state: S | undefined, ttlMs: number } | undefined
+}

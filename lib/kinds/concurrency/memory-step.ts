@@ -1,5 +1,4 @@
-import type { BlockParams, RawDecision } from '../../store/algorithms.js'
-import type { MemoryStep } from '../window/memory/algorithms.js'
+import type { BlockParams, MemoryStep, RawDecision } from '../../store/algorithms.js'
 import { SLOT_RETRY_MS } from './lease.js'
 
 /*

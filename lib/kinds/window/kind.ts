@@ -1,7 +1,7 @@
-import type { AlgorithmName, RunAlgorithm } from '../../store/algorithms.js'
+import type { AlgorithmName, MemoryAlgorithm, RunAlgorithm } from '../../store/algorithms.js'
 import type { BlockRun } from '../../store/port.js'
 import { LONG_HOLD_MS, type BlockKind, type MemoryChange } from '../contract.js'
-import { memoryAlgorithms, type MemoryAlgorithm } from './memory/algorithms.js'
+import { memoryAlgorithms } from './memory/algorithms.js'
 import { secondsCeil } from '../../util/seconds.js'
 
 /*

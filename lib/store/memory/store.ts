@@ -1,5 +1,4 @@
-import type { RawDecision } from '../algorithms.js'
-import type { MemoryStep } from '../../kinds/window/memory/algorithms.js'
+import type { MemoryStep, RawDecision } from '../algorithms.js'
 import { MemoryRecords } from './records.js'
 import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 import { joinQueue, leaveQueue, queuedSlotStep, slotRelease, slotRenew, type SlotQueue, type SlotState } from '../../kinds/concurrency/memory-step.js'

@@ -1,6 +1,10 @@
-import type { BlockParams } from '../../../store/algorithms.js'
-import type { GcraState, MemoryAlgorithm, TokenBucketState } from './algorithms.js'
+import type { BlockParams, MemoryAlgorithm } from '../../../store/algorithms.js'
 import { cdiv, decision, idiv } from './math.js'
+
+/** token-bucket state: tokens scaled by windowMs, as of ms `ts`. Lua: "tokens:ts". */
+export interface TokenBucketState { readonly tokens: number, readonly ts: number }
+/** gcra state: theoretical arrival time tatMs + frac / limit ms. Lua: "tatMs:frac". */
+export interface GcraState { readonly tatMs: number, readonly frac: number }
 
 /** A delay's reach in units (delayMs × limit; 0 without one) and whether a turn may be reserved (Lua: reach, hold). */
 function reachOf ({ delayMs, hold, limit }: BlockParams): { dl: number, hold: boolean } {

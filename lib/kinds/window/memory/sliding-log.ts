@@ -1,6 +1,9 @@
-import type { MemoryAlgorithm, SlidingLogState } from './algorithms.js'
+import type { MemoryAlgorithm } from '../../../store/algorithms.js'
 import { decision } from './math.js'
 import { item } from '../../../util/item.js'
+
+/** sliding-log state: one timestamp per admitted unit, sorted ascending. Lua: a sorted set. */
+export type SlidingLogState = readonly number[]
 
 /** Index of the first element > x in a sorted array. */
 function upperBound (a: readonly number[], x: number): number {

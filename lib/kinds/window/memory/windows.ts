@@ -1,7 +1,10 @@
-import type { MemoryAlgorithm } from './algorithms.js'
 import { cdiv, decision, idiv } from './math.js'
-import type { FixedWindowState, SlidingWindowState } from './algorithms.js'
-import type { BlockParams } from '../../../store/algorithms.js'
+import type { BlockParams, MemoryAlgorithm } from '../../../store/algorithms.js'
+
+/** fixed-window state: window index (floor(now / W)) and units consumed in it. Lua: "idx:count". */
+export interface FixedWindowState { readonly idx: number, readonly count: number }
+/** sliding-window state. Lua: "idx:cur:prev". */
+export interface SlidingWindowState { readonly idx: number, readonly cur: number, readonly prev: number }
 
 export const fixedWindow: MemoryAlgorithm<FixedWindowState> = {
   step (state, { limit, windowMs: w, start }, cost, now) {

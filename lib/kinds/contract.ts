@@ -1,7 +1,6 @@
 import type { BlockParams, MemoryStep, RawDecision, RunAlgorithm } from '../store/algorithms.js'
-import type { CalendarPeriod, CalendarSpec } from './period/calendar.js'
+import type { CalendarPeriod, CalendarSpec, PeriodBoundaries } from './period/calendar.js'
 import type { PolicyBlockSummary } from '../types/index.js'
-import type { BlockRun } from '../store/port.js'
 
 /*
  * The block-kind seam: what the engine, the headers, the stores and the end of
@@ -36,6 +35,17 @@ export interface SuffixSource {
   period?: { spec: CalendarSpec } | undefined
 }
 
+/**
+ * What a kind reads of a run: its algorithm, its numbers and a period's
+ * boundaries. A store's run (store/port.ts BlockRun) carries these and its
+ * kind; the kind asks nothing else of it.
+ */
+export interface KindRun {
+  readonly algorithm: RunAlgorithm
+  readonly params: BlockParams
+  readonly period?: PeriodBoundaries | undefined
+}
+
 export interface BlockKind {
   readonly name: KindName
   /**
@@ -55,24 +65,24 @@ export interface BlockKind {
   /** What the run is decided at, in the scripts and the memory step: its cost, or the request's slot id. */
   callArg: (cost: number, slot: string | undefined) => number | string
   /** The batch script's per-spec tail after the spec text: a period's boundaries, else ''. */
-  specTail: (run: BlockRun) => string
+  specTail: (run: KindRun) => string
   /** The run's numbers at `now` (a calendar period's start and length). */
-  paramsAt: (run: BlockRun, now: number) => BlockParams
+  paramsAt: (run: KindRun, now: number) => BlockParams
   /**
    * What a units change after the decision sends as its charge's time: the
    * call's time `at`, or a delay's gcra turn (the arrival time its charge
    * left, which a give-back must find unchanged: scripts/gcra.lua mode 2).
    */
-  chargeMark: (run: BlockRun, decision: RawDecision, at: number) => number
+  chargeMark: (run: KindRun, decision: RawDecision, at: number) => number
   /** Until when the deny cache keeps a refusal answered until `until`; undefined: never cached. */
-  denyHold: (run: BlockRun, now: number, until: number) => number | undefined
-  headerTerms: (run: BlockRun) => HeaderTerms
+  denyHold: (run: KindRun, now: number, until: number) => number | undefined
+  headerTerms: (run: KindRun) => HeaderTerms
   /** The instant the run's header strings hold for (a period's start); absent: they never change. */
-  headerEpoch?: (run: BlockRun) => number
+  headerEpoch?: (run: KindRun) => number
   /** The memory store's decision step, as the kind's Lua step takes it. */
-  memoryStep: (state: unknown, run: BlockRun, arg: number | string, now: number) => MemoryStep<unknown>
+  memoryStep: (state: unknown, run: KindRun, arg: number | string, now: number) => MemoryStep<unknown>
   /** A units change after the decision (refundOn, settle, adjust); undefined where the kind has no units to change. */
-  memoryUnits: (state: unknown, run: BlockRun, units: number, now: number, chargedAt: number) => MemoryChange
+  memoryUnits: (state: unknown, run: KindRun, units: number, now: number, chargedAt: number) => MemoryChange
   /** Fields the kind adds to its policies() row (a period's unit, time zone and current length). */
   summarize?: (row: PolicyBlockSummary, period: CalendarPeriod | undefined) => void
 }

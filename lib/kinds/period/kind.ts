@@ -1,7 +1,6 @@
 import type { BlockParams } from '../../store/algorithms.js'
-import type { BlockRun } from '../../store/port.js'
 import { hashValue } from '../../util/hash.js'
-import { LONG_HOLD_MS, type BlockKind } from '../contract.js'
+import { LONG_HOLD_MS, type BlockKind, type KindRun } from '../contract.js'
 import { memoryAlgorithms } from '../window/memory/algorithms.js'
 import { rateTerms, unitsBy } from '../window/kind.js'
 import { periodAt, type PeriodBoundaries } from './calendar.js'
@@ -13,13 +12,13 @@ import { periodAt, type PeriodBoundaries } from './calendar.js'
  * Redis TIME (batch.lua periodFn), as paramsAt does for the memory store.
  */
 
-function boundariesOf (run: BlockRun): PeriodBoundaries {
+function boundariesOf (run: KindRun): PeriodBoundaries {
   if (run.period === undefined) throw new TypeError('a period run carries its boundaries')
   return run.period
 }
 
 /** A run's numbers at `now`: the period holding it, picked as the batch script picks it. */
-function paramsAt (run: BlockRun, now: number): BlockParams {
+function paramsAt (run: KindRun, now: number): BlockParams {
   const period = periodAt(boundariesOf(run).bounds(), Math.floor(now))
   if (period === undefined) throw new Error('now is outside the calendar periods sent')
   return { ...run.params, windowMs: period[1] - period[0], start: period[0] }

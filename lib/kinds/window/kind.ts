@@ -1,6 +1,5 @@
 import type { AlgorithmName, MemoryAlgorithm, RunAlgorithm } from '../../store/algorithms.js'
-import type { BlockRun } from '../../store/port.js'
-import { LONG_HOLD_MS, type BlockKind, type MemoryChange } from '../contract.js'
+import { LONG_HOLD_MS, type BlockKind, type KindRun, type MemoryChange } from '../contract.js'
 import { memoryAlgorithms } from './memory/algorithms.js'
 import { secondsCeil } from '../../util/seconds.js'
 
@@ -48,7 +47,7 @@ export function algorithmOf (algorithm: RunAlgorithm): MemoryAlgorithm {
 }
 
 /** A kind's units change by its runs' algorithm at their numbers now: give back (`units` < 0) or charge (> 0), as batch.lua's adjustOne. */
-export function unitsBy (algorithmOf: (run: BlockRun) => MemoryAlgorithm, paramsAt: BlockKind['paramsAt']): BlockKind['memoryUnits'] {
+export function unitsBy (algorithmOf: (run: KindRun) => MemoryAlgorithm, paramsAt: BlockKind['paramsAt']): BlockKind['memoryUnits'] {
   return (state, run, units, now, chargedAt): MemoryChange => {
     const algorithm = algorithmOf(run)
     if (units < 0) return algorithm.refund?.(state, paramsAt(run, now), -units, now, chargedAt)

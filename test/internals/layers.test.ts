@@ -71,7 +71,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   api: ['util', 'errors', 'kinds', 'keys', 'policy', 'fleet', 'decide'],
   options: ['util', 'errors', 'kinds', 'store', 'keys', 'policy', 'request'],
   types: [],
-  runtime: ['util', 'errors', 'store', 'keys', 'fleet', 'decide', 'reply'],
+  runtime: ['util', 'errors', 'kinds', 'store', 'keys', 'fleet', 'decide', 'reply'],
   fastify: ['errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime'],
   index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types']
 }
@@ -81,9 +81,9 @@ const TYPES_ALSO: Record<string, readonly string[]> = {
   keys: ['types', 'store'],
   policy: ['types'],
   fleet: ['types', 'store'],
-  decide: ['types', 'policy'],
+  decide: ['types', 'kinds', 'policy'],
   reply: ['types', 'store', 'policy'],
-  request: ['types', 'fleet', 'reply'],
+  request: ['types', 'kinds', 'fleet', 'reply'],
   api: ['types', 'store'],
   options: ['types', 'decide'],
   types: ['store'],

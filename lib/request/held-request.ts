@@ -2,7 +2,9 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
 import type { CompiledPolicy } from '../policy/policy.js'
 import { endNow, type Ending } from './end-of-request.js'
-import type { RouteRuntime } from './route-hook.js'
+import type { InputRuntime } from './inputs.js'
+import type { Runtime } from '../decide/evaluate.js'
+import type { Refuse } from '../reply/problem.js'
 import { retryAfterSeconds } from '../decide/decision-math.js'
 import type { RateLimitDecision } from '../types/index.js'
 import type { Place } from '../decide/holds.js'
@@ -18,6 +20,11 @@ import type { Place } from '../decide/holds.js'
  * plugin's close awaits it before the client closes.
  */
 
+/** What holding a request reads from the runtime: the engine's holds, the end of the request (endNow), the refusal path. */
+export interface HeldRuntime extends Runtime, InputRuntime {
+  refuse: Refuse
+}
+
 /**
  * Refuses a request the plugin answers at close (held, or waiting for a slot)
  * with 503, and `Connection: close`: Fastify's server.close() reaps only the
@@ -25,7 +32,7 @@ import type { Place } from '../decide/holds.js'
  * still be on its way then; kept alive, its connection would hold close()
  * for the server's keepAliveTimeout (72 s by default).
  */
-export function refuseAtClose (runtime: RouteRuntime, request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retryAfter: number, decision: RateLimitDecision): void {
+export function refuseAtClose (runtime: HeldRuntime, request: FastifyRequest, reply: FastifyReply, policy: CompiledPolicy, retryAfter: number, decision: RateLimitDecision): void {
   if (request.raw.httpVersionMajor !== 2) reply.header('connection', 'close')
   runtime.refuse(request, reply, policy, { statusCode: 503, retryAfter, violatedPolicies: [], decision })
 }
@@ -36,7 +43,7 @@ export function refuseAtClose (runtime: RouteRuntime, request: FastifyRequest, r
  * place under maxDelayed, which the hold takes over (or returned, when the
  * client has left already).
  */
-export function holdRequest (ctx: { policy: CompiledPolicy, runtime: RouteRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number, place: Place | undefined): Promise<boolean> {
+export function holdRequest (ctx: { policy: CompiledPolicy, runtime: HeldRuntime }, request: FastifyRequest, reply: FastifyReply, ending: Ending, decision: RateLimitDecision, delayMs: number, place: Place | undefined): Promise<boolean> {
   const { policy, runtime } = ctx
   ending.held = true
   const raw = reply.raw

@@ -3,7 +3,8 @@ import diagnostics from 'node:diagnostics_channel'
 import type { Redis } from 'ioredis'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import rateLimit, { CHANNELS, errors, type DecisionMessage, type RateLimitDecision, type RateLimitPluginOptions } from '../lib/index.js'
-import { compileAllowList, callPredicate, SKIP_TIMEOUT_MS } from '../lib/request/allow-list.js'
+import { compileAllowList, callPredicate } from '../lib/request/allow-list.js'
+import { SKIP_TIMEOUT_MS } from '../lib/limits.js'
 import { createClient, privateRedis, scriptCalls } from './helpers/redis.js'
 
 /*

@@ -9,7 +9,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { test } from 'tap'
 import type { RateLimitBlock, RateLimitPluginOptions } from '../lib/index.js'
-import { SKIP_TIMEOUT_MS } from '../lib/request/allow-list.js'
+import { SKIP_TIMEOUT_MS } from '../lib/limits.js'
 import { setupRedisApp } from './helpers/app.js'
 
 const IDENTITY_TIMEOUT = 20

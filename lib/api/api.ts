@@ -23,7 +23,8 @@ import type {
   RateLimitOverrideInput,
   RateLimitTarget
 } from '../types/index.js'
-import { isCost, MAX_COST } from '../policy/rules.js'
+import { isCost } from '../policy/rules.js'
+import { MAX_COST } from '../limits.js'
 import { isCount, shown } from '../util/validate.js'
 import type { Adjustment } from '../store/port.js'
 import { item } from '../util/item.js'

@@ -1,6 +1,7 @@
 import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { shown } from '../util/validate.js'
 import type { RateLimitIdentity } from '../types/index.js'
+import { MAX_CHANGE_TEXT_LENGTH } from '../limits.js'
 
 /* What the programmatic API checks of its callers' input, shared by peek/consume/reset, overrides and bans. */
 
@@ -32,8 +33,8 @@ export function ttlInput (ttl: unknown, method: string): number | null {
 }
 
 export function changeText (value: unknown, field: string, method: string): string {
-  if (typeof value !== 'string' || value.trim() === '' || value.length > 200) {
-    throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most 200 characters (who makes the change, and why, is logged)`)
+  if (typeof value !== 'string' || value.trim() === '' || value.length > MAX_CHANGE_TEXT_LENGTH) {
+    throw new FST_RRL_INVALID_API_CALL(method, `${field} must be a non-empty string of at most ${MAX_CHANGE_TEXT_LENGTH} characters (who makes the change, and why, is logged)`)
   }
   return value
 }

@@ -4,7 +4,8 @@ import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
 import type { BlockRun, RecordHash } from '../store/port.js'
 import type { RateLimitOverride } from '../types/index.js'
-import { FLEET_POLL_MS, FleetRecords, parseJson, type FleetEntry } from './records.js'
+import { FleetRecords, parseJson, type FleetEntry } from './records.js'
+import { FLEET_POLL_MS } from '../limits.js'
 
 /*
  * Runtime overrides of a block's `limit`, fleet-wide, as fleet records

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { RecordHash } from '../store/port.js'
+import { FLEET_POLL_MS } from '../limits.js'
 
 /*
  * Operator records shared by the fleet (runtime overrides, bans): one hash
@@ -15,8 +16,6 @@ import type { RecordHash } from '../store/port.js'
  * lapsed record is deleted only by the store's compare-and-delete, which
  * checks the expiry against that clock.
  */
-
-export const FLEET_POLL_MS = 1000
 
 /** What every record carries. */
 export interface FleetRecord {

@@ -4,6 +4,7 @@ import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
 import { item } from '../util/item.js'
+import { DEFAULT_IDENTITY_TIMEOUT_MS } from '../limits.js'
 
 /*
  * An identity is a list of parts, each rendered as `<label>=<value>`, or as
@@ -31,9 +32,6 @@ export interface IdentityContext {
   /** Milliseconds an async identity function may take (plugin option `identityTimeout`); default 100. */
   identityTimeout?: number | undefined
 }
-
-/** The plugin option `identityTimeout`'s default, in milliseconds. */
-export const DEFAULT_IDENTITY_TIMEOUT_MS = 100
 
 interface CompiledPart {
   label: string

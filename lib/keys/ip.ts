@@ -1,6 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net'
 import ipaddr from 'ipaddr.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
+import { DEFAULTS, MAX_IPV6_SUBNET, MIN_IPV6_SUBNET } from '../limits.js'
 
 /*
  * One caller, one spelling: IPv4-mapped IPv6 becomes IPv4, IPv6 is written in
@@ -39,9 +40,9 @@ export function canonicalIp (raw: string | undefined, ipv6Subnet: number): strin
  * 'ip' identity part keys on, for `by` functions that build their own keys.
  * `ipv6Subnet` as the plugin option (default 64, 8–128); undefined for non-IPs.
  */
-export function canonicalClientIp (raw: string | undefined, ipv6Subnet = 64): string | undefined {
-  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
-    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `(canonicalIp's second argument) must be an integer prefix length from 8 to 128 (got ${String(ipv6Subnet)})`)
+export function canonicalClientIp (raw: string | undefined, ipv6Subnet: number = DEFAULTS.ipv6Subnet): string | undefined {
+  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < MIN_IPV6_SUBNET || ipv6Subnet > MAX_IPV6_SUBNET) {
+    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `(canonicalIp's second argument) must be an integer prefix length from ${MIN_IPV6_SUBNET} to ${MAX_IPV6_SUBNET} (got ${String(ipv6Subnet)})`)
   }
   return typeof raw === 'string' ? canonicalIp(raw, ipv6Subnet) : undefined
 }

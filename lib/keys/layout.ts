@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto'
 import { HASH_CHARS, hashValue } from '../util/hash.js'
 import { item } from '../util/item.js'
+import { MAX_IDENTITY_LENGTH, MAX_ROUTE_LENGTH } from '../limits.js'
 
 export { hashValue }
 
@@ -31,14 +32,6 @@ export { hashValue }
  * - With `hashSecret`, identity values are hashed with HMAC-SHA256 keyed by it,
  *   so a key name cannot be checked against guessed usernames or API keys.
  */
-
-export const MAX_KEY_BYTES = 128
-export const MAX_PREFIX_LENGTH = 20
-const MAX_ROUTE_LENGTH = 44
-export const MAX_IDENTITY_LENGTH = 44
-
-/** Minimum `hashSecret` length: 128 bits. */
-export const MIN_SECRET_BYTES = 16
 
 export type ValueHasher = (value: string) => string
 

@@ -86,6 +86,3 @@ export interface BlockKind {
   /** Fields the kind adds to its policies() row (a period's unit, time zone and current length). */
   summarize?: (row: PolicyBlockSummary, period: CalendarPeriod | undefined) => void
 }
-
-/** How long the deny cache keeps a quota's refusal (a long window or a calendar period): units given back elsewhere are seen within it. */
-export const LONG_HOLD_MS = 1000

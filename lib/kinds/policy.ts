@@ -1,4 +1,4 @@
-import { DEFAULT_LEASE_MS } from './concurrency/lease.js'
+import { DEFAULT_LEASE_MS } from '../limits.js'
 import { concurrencyShape } from './concurrency/policy.js'
 import { BLOCK_KINDS, type KindName } from './contract.js'
 import { KINDS } from './index.js'

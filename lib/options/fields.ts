@@ -4,25 +4,13 @@ import { parseWindow } from '../policy/duration.js'
 import { FST_RRL_INVALID_OPTION } from '../errors.js'
 import type { IdentityFunction } from '../keys/identity.js'
 import type { HeaderFormat } from '../types/index.js'
-import { MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../keys/layout.js'
 import { choiceMessage, isOneOf, shown } from '../util/validate.js'
-import { DEFAULTS } from './defaults.js'
+import { DEFAULTS, MAX_BREAKER_FAILURES, MAX_CONFIG_KEY_LENGTH, MAX_DENY_CACHE, MAX_PREFIX_LENGTH, MIN_SECRET_BYTES } from '../limits.js'
 
 /* Validators of single plugin options: each throws FST_RRL_INVALID_OPTION naming the option. */
 
-const MAX_DENY_CACHE = 1_000_000
-export const MAX_GLOBAL_BLOCKS = 16
-
 // No braces (they would move the Cluster hash tag) and nothing a key reader would trip on.
 export const PREFIX = new RegExp(`^[A-Za-z0-9_.:-]{1,${MAX_PREFIX_LENGTH}}$`)
-export const MAX_TIMEOUT_MS = 60_000
-export const MAX_BATCH = 1024
-/** Script calls in flight per lane (maxInFlight), at most. */
-export const MAX_IN_FLIGHT = 1024
-export const MAX_PENDING = 1_000_000
-export const MAX_FLEET = 100_000
-export const MAX_KEYS = 10_000_000
-const MAX_BREAKER_FAILURES = 10_000
 
 /** `circuitBreaker`: false, or { failures?, cooldown? } (DEFAULTS.circuitBreaker for each one missing). */
 export function resolveBreaker (value: unknown): BreakerOptions | undefined {
@@ -92,7 +80,7 @@ export function choice<T extends string | false> (name: string, value: unknown, 
   throw new FST_RRL_INVALID_OPTION(name, choiceMessage(value, choices))
 }
 // A plain property name: it is also the name of the fastify instance decorator.
-const CONFIG_KEY = /^[A-Za-z_$][A-Za-z0-9_$]{0,63}$/
+const CONFIG_KEY = new RegExp(`^[A-Za-z_$][A-Za-z0-9_$]{0,${MAX_CONFIG_KEY_LENGTH - 1}}$`)
 
 export function optionalFunction (name: string, value: unknown): IdentityFunction | undefined {
   if (value === undefined) return undefined
@@ -146,7 +134,7 @@ export function resolveConfigKey (value: unknown): string {
   const configKey = value ?? DEFAULTS.configKey
   if (typeof configKey !== 'string' || !CONFIG_KEY.test(configKey) || configKey in Object.prototype) {
     const got = JSON.stringify(configKey) ?? typeof configKey
-    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to 64 characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${got})`)
+    throw new FST_RRL_INVALID_OPTION('configKey', `must be a property name of 1 to ${MAX_CONFIG_KEY_LENGTH} characters from A-Z a-z 0-9 _ $, not starting with a digit, and not an Object.prototype name (got ${got})`)
   }
   return configKey
 }

@@ -3,12 +3,13 @@ import type { SkipPredicate } from '../request/allow-list.js'
 import type { BreakerOptions } from '../store/redis/breakers.js'
 import { FST_RRL_INVALID_OPTION, FST_RRL_UNSUPPORTED_CLIENT } from '../errors.js'
 import { clientPort, describeClient } from '../store/redis/client/detect.js'
-import { MAX_LEASE_MS, MIN_LEASE_MS } from '../kinds/concurrency/lease.js'
 import { parseWindow } from '../policy/duration.js'
-import { DEFAULTS } from './defaults.js'
+import {
+  DEFAULTS, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_IDENTITY_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_IPV6_SUBNET, MAX_KEYS, MAX_LEASE_MS,
+  MAX_PENDING, MAX_PREFIX_LENGTH, MAX_TIMEOUT_MS, MIN_IPV6_SUBNET, MIN_LEASE_MS
+} from '../limits.js'
 import { OPTION_NAMES, unknownNameMessage } from '../policy/field-names.js'
 import type { IdentityFunction } from '../keys/identity.js'
-import { MAX_PREFIX_LENGTH } from '../keys/layout.js'
 import { PERIOD_CLOCK } from '../kinds/period/calendar.js'
 import type {
   FailurePolicy,
@@ -23,13 +24,12 @@ import {
   FAILURE_POLICIES,
   HOOKS,
   isPolicyName,
-  MAX_IDENTITY_TIMEOUT_MS,
   MODES,
   POLICY_NAME_RULE
 } from '../policy/rules.js'
 import { shown } from '../util/validate.js'
 import {
-  choice, integerOption, MAX_BATCH, MAX_IN_FLIGHT, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_KEYS, MAX_PENDING, MAX_TIMEOUT_MS, optionalFunction, PREFIX,
+  choice, integerOption, optionalFunction, PREFIX,
   resolveAllowList, resolveBreaker, resolveConfigKey, resolveDenyCache, resolveHashSecret, resolveHeaders, STORES
 } from './fields.js'
 
@@ -164,8 +164,8 @@ function resolveIdentity (
   options: Input
 ): Pick<ResolvedOptions, 'user' | 'apiKey' | 'ipv6Subnet' | 'hashSecret' | 'tier' | 'identityTimeout' | 'allowList'> {
   const ipv6Subnet = options.ipv6Subnet ?? DEFAULTS.ipv6Subnet
-  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < 8 || ipv6Subnet > 128) {
-    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from 8 to 128 (got ${shown(ipv6Subnet)})`)
+  if (typeof ipv6Subnet !== 'number' || !Number.isInteger(ipv6Subnet) || ipv6Subnet < MIN_IPV6_SUBNET || ipv6Subnet > MAX_IPV6_SUBNET) {
+    throw new FST_RRL_INVALID_OPTION('ipv6Subnet', `must be an integer prefix length from ${MIN_IPV6_SUBNET} to ${MAX_IPV6_SUBNET} (got ${shown(ipv6Subnet)})`)
   }
   const tier = options.tier
   if (tier !== undefined && typeof tier !== 'function') {

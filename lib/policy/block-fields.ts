@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { DAY_MS } from '../store/algorithms.js'
+import { DEFAULT_PENALTY_BACKOFF, DEFAULT_PENALTY_MAX_MS, MAX_PENALTY_AFTER, MAX_PENALTY_BACKOFF, MAX_POLICY_NAME_LENGTH, MAX_TIER_NAME_LENGTH } from '../limits.js'
 import type { Penalty } from '../store/port.js'
 import type { RateLimitBlock } from '../types/index.js'
 import { parseWindow } from './duration.js'
@@ -8,10 +8,8 @@ import { isCount, shown } from '../util/validate.js'
 /** Throws the block's coded error for `field` (block.ts binds it to the route). */
 export type Fail = (field: string, message: string) => never
 
-/** Policy names are at most this long (validate.ts); a derived one is cut to fit. */
-const MAX_NAME_LENGTH = 64
 /** Tier names: short tokens, so they can be shown in headers and metrics as they are. */
-const TIER_NAME = /^[A-Za-z0-9_.-]{1,32}$/
+const TIER_NAME = new RegExp(`^[A-Za-z0-9_.-]{1,${MAX_TIER_NAME_LENGTH}}$`)
 /** The tier every tier map must define: used when `tier(request)` gives nothing or an unknown name. */
 export const FALLBACK_TIER = 'default'
 
@@ -26,14 +24,12 @@ export const FALLBACK_TIER = 'default'
 export function defaultName (method: string, url: string, suffix: string): string {
   const slug = url.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-+|-+$/g, '')
   const readable = `${method.toLowerCase().replace(/,/g, '-')}-${slug === '' ? 'root' : slug}`
-  if (readable.length + suffix.length <= MAX_NAME_LENGTH && /^[A-Za-z0-9/:-]*$/.test(url)) return readable + suffix
+  if (readable.length + suffix.length <= MAX_POLICY_NAME_LENGTH && /^[A-Za-z0-9/:-]*$/.test(url)) return readable + suffix
   const hash = createHash('sha256').update(`${method} ${url}`).digest('hex').slice(0, 8)
-  const kept = readable.slice(0, MAX_NAME_LENGTH - suffix.length - hash.length - 1).replace(/-+$/, '')
+  const kept = readable.slice(0, MAX_POLICY_NAME_LENGTH - suffix.length - hash.length - 1).replace(/-+$/, '')
   return `${kept}-${hash}${suffix}`
 }
 
-const MAX_PENALTY_AFTER = 1000
-const MAX_BACKOFF = 100
 const PENALTY_FIELDS = new Set(['after', 'for', 'backoff', 'max'])
 
 /** `penalty: { after, for, backoff?, max? }`, validated and compiled; undefined when absent. */
@@ -53,12 +49,12 @@ export function readPenalty (value: unknown, fail: Fail): Penalty | undefined {
   }
   const forMs = parseWindow(input.for)
   if (typeof forMs === 'string') return fail('penalty.for', forMs)
-  const maxMs = input.max === undefined ? DAY_MS : parseWindow(input.max)
+  const maxMs = input.max === undefined ? DEFAULT_PENALTY_MAX_MS : parseWindow(input.max)
   if (typeof maxMs === 'string') return fail('penalty.max', maxMs)
   if (maxMs < forMs) fail('penalty.max', `must be at least penalty.for (${forMs} ms; got ${maxMs} ms)`)
-  const backoff = input.backoff ?? 2
-  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_BACKOFF) {
-    fail('penalty.backoff', `must be a number from 1 to ${MAX_BACKOFF} (got ${shown(input.backoff)})`)
+  const backoff = input.backoff ?? DEFAULT_PENALTY_BACKOFF
+  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 1 || backoff > MAX_PENALTY_BACKOFF) {
+    fail('penalty.backoff', `must be a number from 1 to ${MAX_PENALTY_BACKOFF} (got ${shown(input.backoff)})`)
   }
   const after = input.after
   return { after, forMs, backoff, maxMs, arg: `${after}:${forMs}:${String(backoff)}:${maxMs}` }
@@ -81,7 +77,7 @@ function readTierMap (value: object, field: string, max: number, maxText: string
   const out: Counts = []
   for (const [tier, count] of entries) {
     if (!TIER_NAME.test(tier)) {
-      fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to 32 characters from A-Z a-z 0-9 _ . -`)
+      fail(field, `has a tier name ${JSON.stringify(tier)}: use 1 to ${MAX_TIER_NAME_LENGTH} characters from A-Z a-z 0-9 _ . -`)
     }
     if (!isCount(count, max)) {
       fail(field, `must be an integer from 1 to ${maxText} for tier ${JSON.stringify(tier)} (got ${shown(count)})`)

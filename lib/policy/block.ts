@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RunAlgorithm } from '../store/algorithms.js'
 import type { BlockKind } from '../kinds/contract.js'
 import { readShape } from '../kinds/policy.js'
-import { DEFAULT_LEASE_MS } from '../kinds/concurrency/lease.js'
+import { BLOCK_DEFAULTS, DEFAULT_LEASE_MS } from '../limits.js'
 import { FST_RRL_INVALID_BLOCK } from '../errors.js'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod } from '../keys/layout.js'
@@ -137,7 +137,7 @@ function readFields (block: unknown, position: BlockPosition, fail: Fail): Field
 }
 
 function readCost (input: Fields, shape: Shape, fail: Fail): CompiledBlock['cost'] {
-  if (input.cost === undefined) return 1
+  if (input.cost === undefined) return BLOCK_DEFAULTS.cost
   if (typeof input.cost === 'function') return input.cost as (request: FastifyRequest) => number
   const capacity = Math.min(...shape.tierNames.map((tier) => burstOf(shape, tier, limitOf(shape, tier))))
   if (isCount(input.cost, capacity)) return input.cost

@@ -1,8 +1,6 @@
 import { parse } from '@lukeed/ms'
-import { DAY_MS, MIN_WINDOW_MS } from '../store/algorithms.js'
+import { DAY_MS, MAX_DURATION_LENGTH, MAX_DURATION_MS, MIN_WINDOW_MS } from '../limits.js'
 
-/** Longer strings are refused before parsing: no duration needs them, and the parser's regex backtracks on long digit runs. */
-const MAX_DURATION_LENGTH = 64
 const EXAMPLES = "'500ms', '1s', '1m', '15 minutes', '1 hour', '1d'"
 /** `@lukeed/ms` reads '1M' as one minute and has no month: refused with a pointer to `period`. */
 const CAPITAL_M = /^[-+]?[\d.]*\s*M$/
@@ -20,7 +18,7 @@ const MONTH_WORD = /^[-+]?[\d.]*\s*(?:mos?|months?)$/i
  * can name the route and field in its coded error; a message about a string
  * quotes it.
  */
-export function parseWindow (value: unknown, maxMs = DAY_MS): number | string {
+export function parseWindow (value: unknown, maxMs = MAX_DURATION_MS): number | string {
   if (typeof value === 'number') return checkRange(value, `${value}`, maxMs)
   if (typeof value !== 'string') {
     return `must be milliseconds or a duration string like ${EXAMPLES} (got ${value === null ? 'null' : typeof value})`

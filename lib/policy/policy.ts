@@ -4,6 +4,7 @@ import { routeLabel } from '../keys/constraints.js'
 import type { CompiledIdentity } from '../keys/identity.js'
 import { distinctSuffixes, keyLayout, type KeyLayout } from '../keys/layout.js'
 import { HOOKS } from './rules.js'
+import { MAX_ROUTE_BLOCKS } from '../limits.js'
 import { warnCaseTwins } from './name-case.js'
 import type { BlockRun } from '../store/port.js'
 import type { FailurePolicy, RateLimitBlock, RateLimitHook, SkipPredicate } from '../types/index.js'
@@ -53,8 +54,6 @@ export interface CompiledPolicy extends KeyLayout {
   /** The identity kinds of every block (for logs and the decision channel): kinds, never values. */
   identityKinds: string[]
 }
-
-const MAX_ROUTE_BLOCKS = 16
 
 /** Two `by` specs render the same identity for every request. */
 function sameBy (a: RateLimitBlock['by'], b: RateLimitBlock['by']): boolean {

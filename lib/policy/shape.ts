@@ -1,4 +1,5 @@
-import { ALGORITHMS, MAX_LIMIT, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
+import { ALGORITHMS, maxLimitFor, type AlgorithmName, type RunAlgorithm } from '../store/algorithms.js'
+import { MAX_LIMIT } from '../limits.js'
 import type { BlockRun } from '../store/port.js'
 import type { CalendarPeriod } from '../kinds/period/calendar.js'
 import type { BlockKind } from '../kinds/contract.js'

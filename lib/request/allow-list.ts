@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify'
 import ipaddr from 'ipaddr.js'
 import type { SkipPredicate } from '../types/index.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
+import { MAX_ALLOW_ENTRIES, SKIP_TIMEOUT_MS } from '../limits.js'
 
 export type { SkipPredicate } from '../types/index.js'
 
@@ -15,11 +16,6 @@ export type { SkipPredicate } from '../types/index.js'
  * not a plain `true` in time (a throw, a rejection, another value, the
  * timeout) fails safe: the request is limited as usual.
  */
-
-/** How long an async allowList or skip may take before the request is limited as usual. */
-export const SKIP_TIMEOUT_MS = 250
-/** Entries an allowList array may hold (ranges are matched one by one). */
-export const MAX_ALLOW_ENTRIES = 10_000
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6
 

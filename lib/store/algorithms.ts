@@ -2,8 +2,10 @@
  * The contract every algorithm honours, in Lua (`scripts/<name>.lua`) and in
  * TypeScript (`kinds/window/memory/algorithms.ts`). Both sides must give identical
  * decisions for identical inputs: the memory store is the reference model the
- * property tests hold the Lua scripts to.
+ * property tests hold the Lua scripts to. Its bounds (MAX_LIMIT and the
+ * rest) are in the limits table, lib/limits.ts.
  */
+import { MAX_LIMIT, MAX_SLIDING_LOG_LIMIT } from '../limits.js'
 
 export const ALGORITHMS = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'] as const
 export type AlgorithmName = typeof ALGORITHMS[number]
@@ -14,14 +16,6 @@ export type AlgorithmName = typeof ALGORITHMS[number]
  */
 export type RunAlgorithm = AlgorithmName | 'concurrency'
 export const CONCURRENCY_NUMBER = ALGORITHMS.length + 1
-
-/** Upper bounds that keep every intermediate value an exact integer below 2^53. */
-export const MAX_LIMIT = 100_000_000
-export const MAX_SLIDING_LOG_LIMIT = 10_000
-export const MIN_WINDOW_MS = 1
-export const DAY_MS = 86_400_000
-/** The longest `window`: 366 days (a calendar quota is a `period`). */
-export const MAX_WINDOW_MS = 366 * DAY_MS
 
 /**
  * The largest limit (and burst) a block of `algorithm` over `windowMs` takes:

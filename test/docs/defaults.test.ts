@@ -1,13 +1,12 @@
 import { test } from 'tap'
 import { readFileSync } from 'node:fs'
-import { DEFAULTS } from '../../lib/options/defaults.js'
+import { DEFAULT_LEASE_MS, DEFAULTS } from '../../lib/limits.js'
 import { resolveOptions } from '../../lib/options/index.js'
 import { OPTION_NAMES } from '../../lib/policy/field-names.js'
 import { parseWindow } from '../../lib/policy/duration.js'
-import { DEFAULT_LEASE_MS } from '../../lib/kinds/concurrency/lease.js'
 
 /*
- * One defaults table (lib/options/defaults.ts): the "default" column of
+ * One defaults table (lib/limits.ts): the "default" column of
  * docs/options.md shows each entry as a user writes it, an option without an
  * entry is documented without a default, and passing the documented default
  * resolves to what passing nothing does.

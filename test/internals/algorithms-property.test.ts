@@ -35,10 +35,8 @@ import { buildBatchScript } from '../../scripts/build/assemble.js'
 import { specText } from '../../lib/store/redis/specs.js'
 import { READ_BLOCK_LUA } from '../helpers/lua.js'
 import { shownRemaining, shownRetryMs } from '../../lib/decide/decision-math.js'
-import {
-  ALGORITHMS, DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS, maxLimitFor,
-  type AlgorithmName, type BlockParams, type RawDecision
-} from '../../lib/store/algorithms.js'
+import { ALGORITHMS, maxLimitFor, type AlgorithmName, type BlockParams, type RawDecision } from '../../lib/store/algorithms.js'
+import { DAY_MS, MAX_LIMIT, MAX_SLIDING_LOG_LIMIT, MAX_WINDOW_MS } from '../../lib/limits.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 150)
 const MAX_STEPS = 40

@@ -1,6 +1,6 @@
 import { test } from 'tap'
 import { parseWindow } from '../../lib/policy/duration.js'
-import { MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
+import { MAX_WINDOW_MS } from '../../lib/limits.js'
 import { errors } from '../../lib/index.js'
 import { buildApp, setupRedisApp } from '../helpers/app.js'
 

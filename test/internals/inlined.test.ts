@@ -22,7 +22,8 @@ import { loadScripts } from '../helpers/lua.js'
 import { testRun } from '../helpers/app.js'
 import { buildBatchScript, FRAGMENT_NAMES, parseFragment, readSources, type FragmentName, type ScriptSources } from '../../scripts/build/assemble.js'
 import { frameBatch, type EncodedCall } from '../../lib/store/redis/protocol.js'
-import { ALGORITHMS, MAX_SLIDING_LOG_LIMIT, type AlgorithmName } from '../../lib/store/algorithms.js'
+import { ALGORITHMS, type AlgorithmName } from '../../lib/store/algorithms.js'
+import { MAX_SLIDING_LOG_LIMIT } from '../../lib/limits.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
 

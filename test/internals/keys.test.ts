@@ -6,8 +6,7 @@ import { constraintText, routeLabel } from '../../lib/keys/constraints.js'
 import { compileIdentity, type IdentityPartSpec } from '../../lib/keys/identity.js'
 import { canonicalIp } from '../../lib/keys/ip.js'
 import {
-  assembleKeys, boundIdentity, distinctSuffixes, hashValue, identityHasher, keyHead, keyLayout, keyMethod, keyTail,
-  MAX_IDENTITY_LENGTH, MAX_KEY_BYTES, MAX_PREFIX_LENGTH, routeSegment
+  assembleKeys, boundIdentity, distinctSuffixes, hashValue, identityHasher, keyHead, keyLayout, keyMethod, keyTail, routeSegment
 } from '../../lib/keys/layout.js'
 import { NOMINAL_PERIOD_MS } from '../../lib/kinds/period/policy.js'
 import { KINDS } from '../../lib/kinds/index.js'
@@ -18,7 +17,7 @@ import type { AlgorithmName } from '../../lib/store/algorithms.js'
 function keySuffix (algorithm: AlgorithmName, windowMs: number, period?: CalendarSpec): string {
   return (period === undefined ? KINDS.window : KINDS.period).keySuffix({ algorithm, windowMs, period: period && { spec: period } })
 }
-import { DAY_MS, MAX_WINDOW_MS } from '../../lib/store/algorithms.js'
+import { DAY_MS, MAX_IDENTITY_LENGTH, MAX_KEY_BYTES, MAX_PREFIX_LENGTH, MAX_WINDOW_MS } from '../../lib/limits.js'
 import { penaltyKey } from '../../lib/store/port.js'
 import { parseWindow } from '../../lib/policy/duration.js'
 import { crc16, keySlot } from '../../lib/store/redis/cluster-slots.js'

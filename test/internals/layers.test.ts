@@ -60,16 +60,17 @@ const ALLOWED: Record<string, readonly string[]> = {
   util: [],
   errors: [],
   diagnostics: [],
-  kinds: ['util'],
-  store: ['util', 'errors', 'kinds'],
-  keys: ['util', 'errors'],
-  policy: ['util', 'errors', 'kinds', 'store', 'keys'],
-  fleet: ['keys', 'policy'],
+  limits: [],
+  kinds: ['util', 'limits'],
+  store: ['util', 'errors', 'limits', 'kinds'],
+  keys: ['util', 'errors', 'limits'],
+  policy: ['util', 'errors', 'limits', 'kinds', 'store', 'keys'],
+  fleet: ['limits', 'keys', 'policy'],
   decide: ['util', 'errors', 'store', 'diagnostics'],
   reply: ['util', 'errors', 'decide'],
-  request: ['util', 'errors', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
-  api: ['util', 'errors', 'kinds', 'keys', 'policy', 'fleet', 'decide'],
-  options: ['util', 'errors', 'kinds', 'store', 'keys', 'policy', 'request'],
+  request: ['util', 'errors', 'limits', 'store', 'keys', 'policy', 'decide', 'diagnostics'],
+  api: ['util', 'errors', 'limits', 'kinds', 'keys', 'policy', 'fleet', 'decide'],
+  options: ['util', 'errors', 'limits', 'kinds', 'store', 'keys', 'policy', 'request'],
   types: [],
   runtime: ['util', 'errors', 'kinds', 'store', 'keys', 'fleet', 'decide', 'reply'],
   fastify: ['errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime'],
@@ -194,6 +195,35 @@ test('every block kind has its folder and its contract', async (t) => {
 test('no lib module shares its base name with a sibling folder (options.ts beside options/)', async (t) => {
   const twins = sources(lib).filter((file) => existsSync(file.replace(/\.ts$/, '')))
   t.same(twins.map((file) => relative(lib, file)), [], 'each concept has one home')
+})
+
+/** A default's or a bound's name: `MAX_…`, `MIN_…`, `DEFAULT_…`, or a table of defaults (`DEFAULTS`, `BLOCK_DEFAULTS`). */
+const LIMIT_NAME = /^(?:(?:MAX|MIN|DEFAULT)_\w+|(?:\w+_)?DEFAULTS)$/
+
+/** The names a module exports: declared (`export const X`), listed (`export { X as Y }`) or passed through (`export * from`, as `*`). */
+function exportedNames (file: string): string[] {
+  const code = codeOf(file)
+  const declared = [...code.matchAll(/^export\s+(?:declare\s+)?(?:const|let|var|function|class|enum)\s+(\w+)/gm)].map((match) => match[1] as string)
+  const listed = [...code.matchAll(/^export\s+(?:type\s+)?\{([^}]*)\}/gm)].flatMap((match) => (match[1] as string).split(',')
+    .map((name) => name.trim().replace(/^type\s+/, '').split(/\s+as\s+/).pop() as string).filter(Boolean))
+  const named = [...code.matchAll(/^export\s+\*\s+as\s+(\w+)/gm)].map((match) => match[1] as string)
+  const passed = [...code.matchAll(/^export\s+\*\s+from/gm)].map(() => '*')
+  return [...declared, ...listed, ...named, ...passed]
+}
+
+test('every default and bound is exported by lib/limits.ts alone, which imports nothing (one table)', async (t) => {
+  const table = join(lib, 'limits.ts')
+  const own = exportedNames(table).filter((name) => LIMIT_NAME.test(name))
+  t.ok(own.length >= 40, `${own.length} defaults and bounds in limits.ts`)
+  t.notMatch(codeOf(table), /^\s*import\b/m, 'limits.ts imports nothing')
+  for (const file of sources(lib).filter((file) => file !== table)) {
+    t.same(exportedNames(file).filter((name) => LIMIT_NAME.test(name)), [], `${relative(lib, file)} exports no default or bound`)
+    const passes = importsOf(file).some((entry) => entry.to === table) && /^export\s+\*\s+from\s+'[^']*limits\.js'/m.test(codeOf(file))
+    t.notOk(passes, `${relative(lib, file)} does not pass the table through`)
+  }
+  // The check can fail: the names it looks for are the ones the table holds.
+  t.ok(['MAX_COST', 'MIN_LEASE_MS', 'DEFAULT_MAX_KEYS', 'DEFAULTS', 'BLOCK_DEFAULTS'].every((name) => own.includes(name)), 'it recognises the table\'s names')
+  t.same(exportedNames(join(lib, 'index.ts')).sort(), ['*', 'ALGORITHMS', 'CHANNELS', 'DecisionMessage', 'METRICS', 'StoreErrorMessage', 'canonicalIp', 'errors', 'fastifyRedisRateLimit'], 'it reads declarations, lists, renames and pass-throughs (index.ts)')
 })
 
 test('nothing imports the entry module', async (t) => {

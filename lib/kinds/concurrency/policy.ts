@@ -1,4 +1,4 @@
-import { MAX_CONCURRENCY, MAX_WAIT_MS } from './lease.js'
+import { MAX_CONCURRENCY, MAX_WAIT_MS } from '../../limits.js'
 import { parseWindow } from '../../policy/duration.js'
 import { readCounts, type Fail } from '../../policy/block-fields.js'
 import type { Shape } from '../../policy/shape.js'

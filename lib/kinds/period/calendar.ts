@@ -1,4 +1,5 @@
 import { item } from '../../util/item.js'
+import { DAY_MS } from '../../limits.js'
 /*
  * Calendar periods (`period: 'day' | 'week' | 'month' | 'year'` in a time
  * zone). Redis Lua has no date library, so Node computes the boundaries with
@@ -32,8 +33,6 @@ export type Boundaries = readonly [number, number, number, number]
  * whose clocks disagree. Not exported from the package.
  */
 export const PERIOD_CLOCK = Symbol('fastify-redis-rate-limit.periodClock')
-
-const DAY_MS = 86_400_000
 
 /** A formatter for `timeZone`, or undefined when Intl does not know the zone. */
 export function zoneFormat (timeZone: string): Intl.DateTimeFormat | undefined {

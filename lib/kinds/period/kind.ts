@@ -1,6 +1,7 @@
 import type { BlockParams } from '../../store/algorithms.js'
 import { hashValue } from '../../util/hash.js'
-import { LONG_HOLD_MS, type BlockKind, type KindRun } from '../contract.js'
+import type { BlockKind, KindRun } from '../contract.js'
+import { LONG_HOLD_MS } from '../../limits.js'
 import { memoryAlgorithms } from '../window/memory/algorithms.js'
 import { rateTerms, unitsBy } from '../window/kind.js'
 import { periodAt, type PeriodBoundaries } from './calendar.js'

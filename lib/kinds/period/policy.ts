@@ -1,4 +1,4 @@
-import { DAY_MS } from '../../store/algorithms.js'
+import { BLOCK_DEFAULTS, DAY_MS, MAX_TIME_ZONE_LENGTH } from '../../limits.js'
 import { CalendarPeriod, PERIODS, zoneFormat, type PeriodUnit } from './calendar.js'
 import type { Fail } from '../../policy/block-fields.js'
 import type { Counting } from '../../policy/shape.js'
@@ -27,11 +27,11 @@ export function readPeriod (input: Record<string, unknown>, fail: Fail, now: () 
   if (input.algorithm !== undefined && input.algorithm !== 'fixed-window') {
     fail('algorithm', `must be 'fixed-window' or omitted with period: a calendar period is a fixed-window count (got ${shown(input.algorithm)})`)
   }
-  const timeZone = input.timeZone ?? 'UTC'
-  const format = typeof timeZone === 'string' && timeZone.length <= 64 ? zoneFormat(timeZone) : undefined
+  const timeZone = input.timeZone ?? BLOCK_DEFAULTS.timeZone
+  const format = typeof timeZone === 'string' && timeZone.length <= MAX_TIME_ZONE_LENGTH ? zoneFormat(timeZone) : undefined
   if (typeof timeZone !== 'string' || format === undefined) fail('timeZone', `must be an IANA time zone name like 'Europe/Berlin' or 'UTC' (got ${shown(input.timeZone)})`)
   if (input.weekStart !== undefined && unit !== 'week') fail('weekStart', `only applies to period: 'week' (period is '${unit}')`)
-  const weekStart = input.weekStart ?? 1
+  const weekStart = input.weekStart ?? BLOCK_DEFAULTS.weekStart
   if (!isCount(weekStart, 7)) fail('weekStart', `must be an integer from 1 (Monday) to 7 (Sunday) (got ${shown(input.weekStart)})`)
   return new CalendarPeriod({ unit, timeZone, weekStart }, format, now)
 }

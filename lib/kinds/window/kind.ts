@@ -1,5 +1,6 @@
 import type { AlgorithmName, MemoryAlgorithm, RunAlgorithm } from '../../store/algorithms.js'
-import { LONG_HOLD_MS, type BlockKind, type KindRun, type MemoryChange } from '../contract.js'
+import type { BlockKind, KindRun, MemoryChange } from '../contract.js'
+import { DAY_MS, LONG_HOLD_MS } from '../../limits.js'
 import { memoryAlgorithms } from './memory/algorithms.js'
 import { secondsCeil } from '../../util/seconds.js'
 
@@ -32,7 +33,6 @@ const DELAYED_SUFFIX: Partial<Record<AlgorithmName, string>> = {
   gcra: 'GD'
 }
 
-const DAY_MS = 86_400_000
 /** Windows up to a day keep their decimal suffix: old and new instances share those keys. */
 const DECIMAL_SUFFIX_MAX_MS = DAY_MS
 

@@ -1,11 +1,9 @@
-import { ALGORITHMS, MAX_WINDOW_MS, type AlgorithmName } from '../../store/algorithms.js'
+import { ALGORITHMS, type AlgorithmName } from '../../store/algorithms.js'
+import { BLOCK_DEFAULTS, MAX_DELAY_MS, MAX_WINDOW_MS } from '../../limits.js'
 import type { Fail } from '../../policy/block-fields.js'
 import { parseWindow } from '../../policy/duration.js'
 import type { Counting } from '../../policy/shape.js'
 import { isBursty } from './kind.js'
-
-/** The longest `delay`: a held request keeps its socket and memory that long. */
-export const MAX_DELAY_MS = 60_000
 
 /** A gcra or token-bucket block's `delay` (ms), undefined without one. */
 function readDelay (input: Record<string, unknown>, algorithm: AlgorithmName, fail: Fail): number | undefined {
@@ -18,7 +16,7 @@ function readDelay (input: Record<string, unknown>, algorithm: AlgorithmName, fa
 
 /** A window block's algorithm (sliding-window unless declared), window (a duration aligned to the epoch) and delay. */
 export function readWindowCounting (input: Record<string, unknown>, fail: Fail): Counting {
-  const algorithm = (input.algorithm ?? 'sliding-window') as AlgorithmName
+  const algorithm = (input.algorithm ?? BLOCK_DEFAULTS.algorithm) as AlgorithmName
   if (!ALGORITHMS.includes(algorithm)) {
     fail('algorithm', `must be one of ${ALGORITHMS.join(', ')} (got ${JSON.stringify(input.algorithm)})`)
   }

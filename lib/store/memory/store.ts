@@ -4,6 +4,7 @@ import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decid
 import { joinQueue, leaveQueue, queuedSlotStep, slotRelease, slotRenew, type SlotQueue, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
 import { item } from '../../util/item.js'
+import { DEFAULT_MAX_KEYS } from '../../limits.js'
 
 interface Entry {
   state: unknown
@@ -11,8 +12,6 @@ interface Entry {
 }
 
 const SWEEP_INTERVAL_MS = 10_000
-/** The default bound on stored keys (`maxKeys`). */
-export const DEFAULT_MAX_KEYS = 100_000
 
 /** A penalty key's state, as the batch script stores "until:offences:refusals:windowIndex". */
 interface PenaltyState { until: number, offences: number, refusals: number, index: number }

@@ -160,8 +160,8 @@ export interface RateLimitPluginOptions {
    * Another name lets it run beside `@fastify/rate-limit`, which reads
    * `config.rateLimit` and decorates `fastify.rateLimit`: see docs/migration.md,
    * "Migrating from @fastify/rate-limit". Type the new key with
-   * `RouteRateLimit` and the decorator with `RateLimitApi` in your own
-   * `declare module 'fastify'`.
+   * `CheckedRouteRateLimit<this, 'key'>` (or `RouteRateLimit`) and the
+   * decorator with `RateLimitApi` in your own `declare module 'fastify'`.
    */
   configKey?: string
   /**

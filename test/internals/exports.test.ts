@@ -61,6 +61,7 @@ const ERROR_EXPORTS = [
 const TYPE_EXPORTS = [
   'AlgorithmName',
   'AnyRateLimitBlock',
+  'CheckedRouteRateLimit',
   'DecisionMessage',
   'FailurePolicy',
   'HeaderFormat',

@@ -23,6 +23,7 @@ export function generatedFiles (): Array<{ url: URL, text: string }> {
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   for (const { url, text } of generatedFiles()) {
     writeFileSync(url, text)
-    process.stdout.write(`written ${fileURLToPath(url)} (${text.split('\n').length} lines)\n`)
+    // stderr: npm pack --json (prepack builds) reads stdout as its JSON
+    process.stderr.write(`written ${fileURLToPath(url)} (${text.split('\n').length} lines)\n`)
   }
 }

@@ -113,7 +113,7 @@ function overrideBlock (policy: CompiledPolicy, target: RateLimitTarget): number
   const named = typeof target === 'string' ? policy.blocks.findIndex((block) => block.name === target) : -1
   if (named !== -1) return named
   const own = policy.blocks.filter((block) => !block.global)
-  if (own.length === 1) return policy.blocks.indexOf(item(own, 0))
+  if (own.length === 1) return policy.blocks.findIndex((block) => !block.global)
   throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
 }
 
@@ -219,7 +219,7 @@ export function createApi (
       const policy = registry.find(target, 'reset')
       const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
-      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !item(policy.blocks, i).global)
+      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => policy.blocks[i]?.global !== true)
       for (const key of own) runtime.denyCache?.delete(key)
       await runtime.store.reset(own)
     },

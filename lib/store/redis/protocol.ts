@@ -2,7 +2,6 @@ import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
 import { onlySlots, penaltyKey, type Adjustment, type DecideMode, type StoreBlock, type StoreRequest } from '../port.js'
-import { item } from '../../util/item.js'
 import { isInteger } from '../../util/validate.js'
 import { SpecTable } from './specs.js'
 
@@ -263,13 +262,18 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
 /** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, 2 for a penalty, RESERVED (its retryAfterMs the wait), or QUEUED (its remaining the waiters ahead). */
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
-  for (let i = 0; i < values.length; i += DECISION_STRIDE) {
+  // readBlocks writes DECISION_STRIDE values per block: the bound keeps every read below in range.
+  for (let i = 0; i + DECISION_STRIDE <= values.length; i += DECISION_STRIDE) {
     const head = values[i]
+    const second = values[i + 1] as number
+    const resetMs = values[i + 2] as number
+    const fourth = values[i + 3] as number
+    const nextMs = values[i + 4] as number
     if (head === RESERVED) {
-      out.push({ allowed: true, remaining: 0, resetMs: item(values, i + 2), retryAfterMs: 0, nextMs: item(values, i + 4), waitMs: item(values, i + 3), freeNow: item(values, i + 1) })
+      out.push({ allowed: true, remaining: 0, resetMs, retryAfterMs: 0, nextMs, waitMs: fourth, freeNow: second })
       continue
     }
-    const decision: RawDecision = { allowed: head === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
+    const decision: RawDecision = { allowed: head === 1, remaining: second, resetMs, retryAfterMs: fourth, nextMs }
     if (head === 2) decision.penalized = true
     else if (head === QUEUED) decision.queued = decision.remaining
     out.push(decision)

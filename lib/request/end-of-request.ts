@@ -118,7 +118,7 @@ function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settl
   return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
 }
 
-/** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
+/** A block's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
 function difference (outcome: Outcome, ending: Ending, { run, cost, compiled }: RequestBlock, request: FastifyRequest, runtime: Runtime): number {
   const capacity = Math.max(run.params.limit, run.params.burst)
   const value = outcome.ok ? outcome.value : undefined

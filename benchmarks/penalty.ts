@@ -9,7 +9,7 @@
 import { Redis } from 'ioredis'
 import { RedisStore } from '../lib/store/redis/store.js'
 import { clientPort } from '../lib/store/redis/client/detect.js'
-import { testRun } from '../test/helpers/app.js'
+import { storeRequest, testRun } from '../test/helpers/app.js'
 import { startServer } from '../test/helpers/topologies.js'
 const server = await startServer([], { label: 'pcost' })
 const client = new Redis({ port: server.port })
@@ -21,7 +21,7 @@ const penal = testRun({ algorithm: 'sliding-window', limit: 1_000_000, windowMs:
 async function round (run: typeof plain, label: string) {
   const N = 50_000
   const before = await cpu()
-  for (let i = 0; i < N; i += 100) await Promise.all(Array.from({ length: 100 }, (_, j) => store.decide({ runs: [run], keys: [`p:{${label}|${(i + j) % 10000}}:sw`], costs: [1] }, 'charge')))
+  for (let i = 0; i < N; i += 100) await Promise.all(Array.from({ length: 100 }, (_, j) => store.decide(storeRequest([run], [`p:{${label}|${(i + j) % 10000}}:sw`], [1]), 'charge')))
   return ((await cpu()) - before) / N
 }
 const plainRounds: number[] = []

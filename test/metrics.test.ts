@@ -8,7 +8,7 @@ import { test, type Test } from 'tap'
 import { metrics, type MeterProvider } from '@opentelemetry/api'
 import { Redis } from 'ioredis'
 import { CHANNELS, METRICS, type DecisionMessage, type StoreErrorMessage } from '../lib/index.js'
-import { buildApp, setupModelStore, setupRedisApp, listenChannel, testRun, TestClock } from './helpers/app.js'
+import { buildApp, setupModelStore, setupRedisApp, listenChannel, storeRequest, testRun, TestClock } from './helpers/app.js'
 import { RedisStore } from '../lib/store/redis/store.js'
 import { freePort, uniquePrefix } from './helpers/redis.js'
 
@@ -220,7 +220,7 @@ test('a store whose per-call callback (onBatch) throws: every decision answered,
   const { redisStore: quiet, prefix } = await setupModelStore(t, 'mxb')
   const store = new RedisStore(quiet.client, { timeout: 1000, maxBatch: 128, maxInFlight: 1, maxPending: 100, coalesce: true, onBatch: () => { throw new Error('meter failed') } })
   const run = testRun({ algorithm: 'fixed-window', limit: 3, windowMs: 60_000, shadow: false })
-  const decisions = await within(3000, Promise.all(Array.from({ length: 5 }, async (_, i) => await store.decide({ runs: [run], keys: [`${prefix}:{b${i % 2}}:w`], costs: [1] }, 'charge'))))
+  const decisions = await within(3000, Promise.all(Array.from({ length: 5 }, async (_, i) => await store.decide(storeRequest([run], [`${prefix}:{b${i % 2}}:w`], [1]), 'charge'))))
   t.not(decisions, 'unanswered', 'every decision answered')
   t.equal(store.pending, 0, 'nothing pending')
 })

@@ -9,7 +9,7 @@ import { test, type Test } from 'tap'
 import { request } from 'undici'
 import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, compileContext, setupRedisApp, setupStoreApp, TestClock, testRun } from './helpers/app.js'
+import { buildApp, compileContext, setupRedisApp, setupStoreApp, storeRequest, TestClock, testRun } from './helpers/app.js'
 import { cleanUpPrefix, createClient, getRedis, readState, uniquePrefix, windowTag } from './helpers/redis.js'
 import { ALGORITHMS, type AlgorithmName, type RawDecision } from '../lib/store/algorithms.js'
 import { compileGlobals, compilePolicy, type BlockRun } from '../lib/policy/policy.js'
@@ -364,7 +364,7 @@ test('property: the batch script\'s decisions of several blocks decide like the 
           refunds += given.filter(Boolean).length
           return
         }
-        const expected: RawDecision[] = model.decideNow({ runs, keys, costs }, 'charge', times[s] as number)
+        const expected: RawDecision[] = model.decideNow(storeRequest(runs, keys, costs), 'charge', times[s] as number)
         const row = out[s] as number[]
         const actual = expected.map((_, i) => ({ allowed: row[i * 5] === 1, remaining: row[i * 5 + 1], resetMs: row[i * 5 + 2], retryAfterMs: row[i * 5 + 3], nextMs: row[i * 5 + 4] }))
         if (JSON.stringify(actual) !== JSON.stringify(expected)) {

@@ -12,7 +12,7 @@ import { banApi, withBans } from './ban-api.js'
 import type { Bans } from '../fleet/bans.js'
 import { changeText, identityInput, shownIdentity, ttlInput } from './inputs.js'
 import type { Overrides } from '../fleet/overrides.js'
-import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
+import { blocksForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { PolicyRegistry } from './registry.js'
 import type {
   PolicySummary,
@@ -60,8 +60,9 @@ async function apiInput (
   overrides: Overrides
 ): Promise<DecisionInput> {
   const keys = await apiKeys(policy, identity)
-  const runs = overrides.apply(policy, runsForTier(policy, identity.tier), keys)
-  return { policy, runs, keys, costs: runs.map(() => units) }
+  // assembleKeys gives one key per block, in the blocks' order.
+  const blocks = blocksForTier(policy, identity.tier).map(({ compiled, run }, i) => ({ compiled, run, key: keys[i] as string, cost: units }))
+  return { policy, blocks: overrides.apply(policy, blocks) }
 }
 
 /** What the API's calls that change usage work with (one record per call: the API is not the request path). */
@@ -96,13 +97,13 @@ async function adjustUsage (policy: CompiledPolicy, target: RateLimitTarget, ide
   const chosen = namedBlocks(policy, target)
   const entries: Adjustment[] = []
   const names: string[] = []
-  policy.blocks.forEach((block, i) => {
+  for (const [i, { compiled, run, key }] of input.blocks.entries()) {
     // A block that holds slots counts requests in flight, not units: acquire() and release() change it.
-    if (chosen[i] !== true || block.algorithm === 'sliding-log' || block.kind.holdsSlot) return
+    if (chosen[i] !== true || compiled.algorithm === 'sliding-log' || compiled.kind.holdsSlot) continue
     // No charge time: a change made now, to the current window.
-    entries.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units })
-    names.push(block.name)
-  })
+    entries.push({ kind: 'units', run, key, units })
+    names.push(compiled.name)
+  }
   if (units === 0 || entries.length === 0) return names
   await changeUsage(runtime, { route: `api ${policy.route}`, log, sources: ['adjust'], entries })
   return names
@@ -113,7 +114,7 @@ function overrideBlock (policy: CompiledPolicy, target: RateLimitTarget): number
   const named = typeof target === 'string' ? policy.blocks.findIndex((block) => block.name === target) : -1
   if (named !== -1) return named
   const own = policy.blocks.filter((block) => !block.global)
-  if (own.length === 1) return policy.blocks.indexOf(item(own, 0))
+  if (own.length === 1) return policy.blocks.findIndex((block) => !block.global)
   throw new FST_RRL_INVALID_API_CALL('setOverride', `${JSON.stringify(target)} has ${own.length} blocks of its own: name one (${policy.blocks.map((block) => block.name).join(', ')})`)
 }
 
@@ -219,7 +220,7 @@ export function createApi (
       const policy = registry.find(target, 'reset')
       const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
-      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => !item(policy.blocks, i).global)
+      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => policy.blocks[i]?.global !== true)
       for (const key of own) runtime.denyCache?.delete(key)
       await runtime.store.reset(own)
     },

@@ -1,8 +1,6 @@
 import type { RawDecision } from '../store/algorithms.js'
 import type { Outcome } from '../diagnostics.js'
-import type { CompiledPolicy } from '../policy/policy.js'
-import type { BlockRun } from '../store/port.js'
-import { item } from '../util/item.js'
+import type { RouteBlock } from '../policy/policy.js'
 
 /** How per-block decisions combine (see combine). */
 export interface Verdict {
@@ -27,12 +25,12 @@ export interface Verdict {
 const NO_DECISION: RawDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0, retryAfterMs: 0, nextMs: 0 })
 
 /** The names of the blocks that refused: enforced ones when `enforced`, else shadow ones. */
-function refusedNames (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>, enforced: boolean): string[] {
+function refusedNames (blocks: readonly RouteBlock[], decisions: ReadonlyArray<RawDecision | undefined>, enforced: boolean): string[] {
   const names: string[] = []
-  for (let i = 0; i < runs.length; i++) {
+  for (const [i, { run, compiled }] of blocks.entries()) {
     const decision = decisions[i]
-    if (decision === undefined || decision.allowed || item(runs, i).shadow === enforced) continue
-    names.push(item(policy.blocks, i).name)
+    if (decision === undefined || decision.allowed || run.shadow === enforced) continue
+    names.push(compiled.name)
   }
   return names
 }
@@ -44,7 +42,7 @@ function refusedNames (policy: CompiledPolicy, runs: readonly BlockRun[], decisi
  * enforced block, the first shadow block that would have refused. Blocks
  * without a decision (a deny-cache answer knows only some) are skipped. Pure.
  */
-export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], decisions: ReadonlyArray<RawDecision | undefined>): Verdict {
+export function combine (blocks: readonly RouteBlock[], decisions: ReadonlyArray<RawDecision | undefined>): Verdict {
   let rejected = false
   let binding = 0
   let top = decisions[0] ?? NO_DECISION
@@ -53,10 +51,10 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
   let shadowBinding = -1
   let waitMs = 0
   let queued = true
-  for (let i = 0; i < runs.length; i++) {
+  for (const [i, { run }] of blocks.entries()) {
     const decision = decisions[i]
     if (decision === undefined) continue
-    if (runs[i]?.shadow === true) {
+    if (run.shadow) {
       if (!decision.allowed && shadowBinding === -1) shadowBinding = i
       continue
     }
@@ -88,8 +86,8 @@ export function combine (policy: CompiledPolicy, runs: readonly BlockRun[], deci
     binding,
     top,
     outcome: rejected ? (top.penalized === true ? 'penalized' : 'limited') : waitMs > 0 ? 'delayed' : shadowLimited ? 'shadow-limited' : 'allowed',
-    violated: rejected ? refusedNames(policy, runs, decisions, true) : [],
-    shadowViolated: shadowLimited ? refusedNames(policy, runs, decisions, false) : [],
+    violated: rejected ? refusedNames(blocks, decisions, true) : [],
+    shadowViolated: shadowLimited ? refusedNames(blocks, decisions, false) : [],
     latestRetryMs: latest,
     waitMs: rejected ? 0 : waitMs,
     queued: rejected && queued

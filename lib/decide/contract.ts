@@ -9,15 +9,16 @@ import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { PendingWork } from '../util/pending-work.js'
 import type { MemoryStore } from '../store/memory/store.js'
-import type { CompiledPolicy } from '../policy/policy.js'
-import type { BlockRun, Store } from '../store/port.js'
+import type { CompiledPolicy, RouteBlock } from '../policy/policy.js'
+import type { Store, StoreBlock } from '../store/port.js'
 import type { RateLimitDecision, RateLimitStats } from '../types/index.js'
 
 /*
  * What the engine takes (a Runtime, a DecisionInput, a DecisionOrigin) and
- * gives (an Evaluation). Per-block data stays in parallel arrays indexed by
- * block (runs[i], keys[i], costs[i], decisions[i], policy.blocks[i]), passed
- * as these records, so no object is built per block per request.
+ * gives (an Evaluation). A request's blocks travel as one record each
+ * (RequestBlock: the compiled block, its run, key and cost), in the policy's
+ * order; the store's decisions come back in that order (decisions[i] is
+ * blocks[i]'s).
  */
 
 /** What deciding needs: the store and this instance's own defences in front of it. */
@@ -60,12 +61,19 @@ export interface Runtime extends Engine, Reporter {
   tier: ((request: FastifyRequest) => unknown) | undefined
 }
 
-/** One decision to take: the policy, the runs for the caller's tier, and one key and cost per block. */
+/** One block of one request: its route block (the compiled block, the run for the caller's tier) with the request's key and cost, what the store takes. */
+export interface RequestBlock extends RouteBlock, StoreBlock {}
+
+/** One decision to take: the policy and one record per block (the run for the caller's tier, its key and cost). */
 export interface DecisionInput {
   policy: CompiledPolicy
-  runs: readonly BlockRun[]
-  keys: readonly string[]
-  costs: readonly number[]
+  blocks: readonly RequestBlock[]
+  /**
+   * The compiled list (policy.routeBlocks or a tierBlocks entry) the blocks
+   * were made from, when no run was made for this request (requestLimit, an
+   * override, a turn left out): the key of the cached RateLimit-Policy value.
+   */
+  compiledBlocks?: readonly RouteBlock[] | undefined
   /** This request's slot id, when some block is a concurrency block (see kinds/concurrency/decide.ts newSlotId). */
   slot?: string
   /** Ms this request has waited for a slot so far (a block's `wait`: decide/slot-wait.ts); absent: it has not. */
@@ -90,10 +98,10 @@ export interface DecisionOrigin {
 
 /** The result of one decision, for the hook (headers, reply) and the API. */
 export interface Evaluation {
-  /** What was decided: the policy and the request's lanes (runs, keys, costs); a local decision's own runs. */
+  /** What was decided: the policy and the request's blocks; a local decision's own runs. */
   input: DecisionInput
   decision: RateLimitDecision
-  /** Per block, undefined where unknown (a deny-cache answer) or on a store failure. */
+  /** Per block, in input.blocks' order, undefined where unknown (a deny-cache answer) or on a store failure. */
   decisions: ReadonlyArray<RawDecision | undefined>
   rejected: boolean
   /** What admitting blocks' `remaining` means (see shownRemaining). */

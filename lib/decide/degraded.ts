@@ -4,7 +4,6 @@ import { combine, type Verdict } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
 import { toEvaluation } from './evaluation.js'
 import { errorCause, storeErrorChannel } from '../diagnostics.js'
-import type { BlockRun } from '../store/port.js'
 
 /** Publishes and logs (throttled) one store failure: telemetry, run after the degraded decision is delivered. */
 export function reportFailure (input: DecisionInput, origin: DecisionOrigin, runtime: Runtime, error: unknown): void {
@@ -30,11 +29,11 @@ function failureMessage (answer: ReturnType<typeof failureAnswer>, origin: Decis
 
 /** onRedisError 'local': this instance's share of each block (policy.ts made sure every block has one), on its own limiter. */
 async function decideLocally (input: DecisionInput, runtime: Runtime): Promise<Evaluation> {
-  const runs: BlockRun[] = input.runs.map((run) => ({ ...run, params: run.local ?? run.params }))
-  const local = { ...input, runs }
+  const blocks = input.blocks.map((block) => ({ ...block, run: { ...block.run, params: block.run.local ?? block.run.params } }))
+  const local: DecisionInput = { ...input, blocks, compiledBlocks: undefined }
   const { decisions } = await runtime.localStore().decide(local, 'charge')
   // The decision channel names no shadow refusal of the local limiter.
-  const verdict: Verdict = { ...combine(input.policy, runs, decisions), shadowViolated: [] }
+  const verdict: Verdict = { ...combine(blocks, decisions), shadowViolated: [] }
   if (verdict.rejected) runtime.stats.limited++
   else runtime.stats.allowed++
   return toEvaluation(local, decisions, verdict, 'local', 'charge')
@@ -47,5 +46,5 @@ export async function degraded (input: DecisionInput, origin: DecisionOrigin, ru
   const closed = failureAnswer(input.policy) === 'refused'
   const top: RawDecision = { allowed: !closed, remaining: 0, resetMs: 0, retryAfterMs: closed ? UNAVAILABLE_RETRY_SECONDS * 1000 : 0, nextMs: 0 }
   const verdict: Verdict = { rejected: closed, binding: 0, top, outcome: 'degraded', violated: [], shadowViolated: [], waitMs: 0, latestRetryMs: -1, queued: false }
-  return toEvaluation(input, new Array<RawDecision | undefined>(input.runs.length), verdict, origin.source, 'charge')
+  return toEvaluation(input, new Array<RawDecision | undefined>(input.blocks.length), verdict, origin.source, 'charge')
 }

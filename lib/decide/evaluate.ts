@@ -1,19 +1,17 @@
 import { performance } from 'node:perf_hooks'
 import type { RawDecision } from '../store/algorithms.js'
 import { combine } from './combine.js'
-import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
+import type { DecisionInput, DecisionOrigin, Evaluation, RequestBlock, Runtime } from './contract.js'
 import { degraded, reportFailure } from './degraded.js'
 import type { DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import type { RateLimitDecision } from '../types/index.js'
-import { item } from '../util/item.js'
 import { withoutTurns } from '../kinds/window/decide.js'
 import type { Place } from './holds.js'
-import type { BlockRun } from '../store/port.js'
 
 export { combine, type Verdict } from './combine.js'
-export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, Runtime } from './contract.js'
+export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, RequestBlock, Runtime } from './contract.js'
 export { recordBan, recordSkip } from './evaluation.js'
 
 /*
@@ -27,15 +25,13 @@ export { recordBan, recordSkip } from './evaluation.js'
 
 /** Any enforced block the local deny cache still refuses: the decisions it knows, else undefined. */
 function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number): Array<RawDecision | undefined> | undefined {
-  const { runs, keys, costs } = input
+  const { blocks } = input
   let cached: Array<RawDecision | undefined> | undefined
-  for (let i = 0; i < runs.length; i++) {
-    const run = item(runs, i)
+  for (const [i, { run, key, cost }] of blocks.entries()) {
     if (run.shadow) continue
-    const cost = item(costs, i)
-    const entry = denyCache.get(item(keys, i), cost, now, run)
+    const entry = denyCache.get(key, cost, now, run)
     if (entry === undefined) continue
-    cached ??= new Array<RawDecision | undefined>(runs.length)
+    cached ??= new Array<RawDecision | undefined>(blocks.length)
     const waitMs = entry.until - now
     cached[i] = { allowed: false, remaining: entry.remaining, resetMs: waitMs, retryAfterMs: waitMs, nextMs: Math.max(1, entry.nextAt - now), penalized: entry.penalized }
   }
@@ -44,18 +40,16 @@ function fromDenyCache (denyCache: DenyCache, input: DecisionInput, now: number)
 
 /** Remembers each enforced refusal locally until the store's own retry time (measured from `now`, before the call). */
 function rememberRefusals (denyCache: DenyCache, input: DecisionInput, decisions: readonly RawDecision[], now: number): void {
-  const { runs, keys, costs } = input
-  for (let i = 0; i < runs.length; i++) {
-    const run = item(runs, i)
-    const decision = item(decisions, i)
-    if (run.shadow || decision.allowed) continue
+  for (const [i, { run, key, cost }] of input.blocks.entries()) {
+    const decision = decisions[i]
+    if (decision === undefined || run.shadow || decision.allowed) continue
     // A block with a penalty counts its refusals in the store, so they reach it until the penalty starts.
     if (run.penalty !== undefined && decision.penalized !== true) continue
     const until = now + decision.retryAfterMs
     // The kind bounds the hold: a quota's about a second, a slot's none (it may free at any moment).
     const expiresAt = run.kind.denyHold(run, now, until)
     if (expiresAt === undefined) continue
-    denyCache.set(item(keys, i), { until, expiresAt, cost: item(costs, i), remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
+    denyCache.set(key, { until, expiresAt, cost, remaining: decision.remaining, run, penalized: decision.penalized === true, nextAt: now + decision.nextMs })
   }
 }
 
@@ -79,11 +73,11 @@ interface StoreCall {
 
 /** Once per identity per window, not once per request under a flood. */
 function logRefusal (call: StoreCall, evaluation: Evaluation): void {
-  const { input: { policy, keys }, origin, runtime, now } = call
+  const { input: { blocks }, origin, runtime, now } = call
   const { binding, rejected, decision } = evaluation
-  if (!runtime.rejections.first(keys[binding] ?? '', now, now + Math.max(decision.resetMs, decision.retryAfterMs, 1000))) return
-  const identity = policy.identities[policy.identityOf[binding] ?? -1]
-  const fields = { route: origin.route, identityKind: identity?.kinds, policy: decision.policy, limit: decision.limit, violated: rejected ? evaluation.violated : evaluation.shadowViolated }
+  const block = blocks[binding]
+  if (!runtime.rejections.first(block?.key ?? '', now, now + Math.max(decision.resetMs, decision.retryAfterMs, 1000))) return
+  const fields = { route: origin.route, identityKind: block?.compiled.identity.kinds, policy: decision.policy, limit: decision.limit, violated: rejected ? evaluation.violated : evaluation.shadowViolated }
   if (rejected) origin.log.info(fields, 'rate limit exceeded')
   else origin.log.info(fields, 'rate limit exceeded in shadow mode (not enforced)')
 }
@@ -138,7 +132,7 @@ function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): vo
 function storeFailed (call: StoreCall, error: unknown): void {
   const { waiters, store } = call.runtime
   if (waiters.size > 0) {
-    const node = store.nodeOf(call.input.keys[0] ?? '')
+    const node = store.nodeOf(call.input.blocks[0]?.key ?? '')
     queueMicrotask(() => { waiters.wakeWhere((key) => store.nodeOf(key) === node) })
   }
   degraded(call.input, call.origin, call.runtime).then((evaluation) => { deliver(call, evaluation, error) }, call.fail)
@@ -206,9 +200,9 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   }
 }
 
-/** Whether a run of `runs` may hold the request (a `delay`, for a caller that holds) or queue it (a `wait`, for one that waits). */
-function mayHoldOrQueue (runs: readonly BlockRun[], holds: boolean, waits: boolean): boolean {
-  for (const run of runs) {
+/** Whether a block's run may hold the request (a `delay`, for a caller that holds) or queue it (a `wait`, for one that waits). */
+function mayHoldOrQueue (blocks: readonly RequestBlock[], holds: boolean, waits: boolean): boolean {
+  for (const { run } of blocks) {
     if (run.params.delayMs !== undefined && (run.kind.holdsSlot ? waits : holds)) return true
   }
   return false
@@ -226,12 +220,17 @@ function turnsFor (input: DecisionInput, origin: DecisionOrigin, runtime: Runtim
   if (origin.inQueue === true) return { input }
   const holds = origin.holds === true
   const waits = origin.waits === true
-  if (mayHoldOrQueue(input.runs, holds, waits)) {
+  if (mayHoldOrQueue(input.blocks, holds, waits)) {
     const place = runtime.holds.take()
-    if (place !== undefined) return { input: holds && waits ? input : { ...input, runs: withoutTurns(input.runs, holds, waits) }, place }
+    if (place !== undefined) return { input: holds && waits ? input : withoutTurnsOf(input, holds, waits), place }
     runtime.stats.undelayed++
   }
-  return { input: { ...input, runs: withoutTurns(input.runs) } }
+  return { input: withoutTurnsOf(input) }
+}
+
+/** The input with its delaying runs' turns left out (withoutTurns); its runs are no compiled list then. */
+function withoutTurnsOf (input: DecisionInput, turns = false, waits = false): DecisionInput {
+  return { ...input, blocks: withoutTurns(input.blocks, turns, waits), compiledBlocks: undefined }
 }
 
 /** evaluateThen as a promise (the API, and the hook's paths that already wait on the application). Never rejects for a store failure. */
@@ -242,7 +241,7 @@ export function evaluate (input: DecisionInput, origin: DecisionOrigin, runtime:
 /** A refusal the deny cache answered. */
 function fromCache (input: DecisionInput, runtime: Runtime, cached: Array<RawDecision | undefined>): Evaluation {
   runtime.stats.limited++
-  const verdict = combine(input.policy, input.runs, cached)
+  const verdict = combine(input.blocks, cached)
   if (verdict.outcome === 'penalized') runtime.stats.penalized++
   return toEvaluation(input, cached, verdict, 'deny-cache', 'charge')
 }
@@ -250,7 +249,7 @@ function fromCache (input: DecisionInput, runtime: Runtime, cached: Array<RawDec
 /** The store's decisions (taken at `at`, its clock), combined, counted and remembered (refusals). */
 function fromStore ({ input, origin, runtime, now }: StoreCall, decisions: RawDecision[], at: number): Evaluation {
   const { stats, denyCache } = runtime
-  const verdict = combine(input.policy, input.runs, decisions)
+  const verdict = combine(input.blocks, decisions)
   const { rejected, outcome } = verdict
   if (verdict.queued) {
     // Waiting for a slot: counted when the wait ends.
@@ -276,7 +275,7 @@ function fromStore ({ input, origin, runtime, now }: StoreCall, decisions: RawDe
 export function refusedAfterWait (last: Evaluation, origin: DecisionOrigin, runtime: Runtime): Evaluation {
   const { input } = last
   const decisions = last.decisions.map((decision) => decision?.queued === undefined ? decision : { ...decision, remaining: 0, queued: undefined })
-  const verdict = combine(input.policy, input.runs, decisions)
+  const verdict = combine(input.blocks, decisions)
   const evaluation = toEvaluation({ ...input, waitedMs: undefined }, decisions, verdict, origin.source, 'charge')
   evaluation.chargedAt = last.chargedAt
   runtime.stats.limited++
@@ -293,5 +292,5 @@ export function refusedAfterWait (last: Evaluation, origin: DecisionOrigin, runt
  */
 export async function peek (input: DecisionInput, runtime: Runtime): Promise<RateLimitDecision> {
   const { decisions } = await runtime.store.decide(input, 'peek')
-  return toEvaluation(input, decisions, combine(input.policy, input.runs, decisions), 'api', 'peek').decision
+  return toEvaluation(input, decisions, combine(input.blocks, decisions), 'api', 'peek').decision
 }

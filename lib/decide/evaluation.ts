@@ -7,21 +7,17 @@ import { decisionChannel, type DecisionSource } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { DecideMode } from '../store/port.js'
 import type { RateLimitPolicyDecision } from '../types/index.js'
-import { item } from '../util/item.js'
 
 function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, charge: Charge): RateLimitPolicyDecision[] {
-  const { policy, runs, costs } = input
   const out: RateLimitPolicyDecision[] = []
-  for (let i = 0; i < runs.length; i++) {
+  for (const [i, { run, cost, compiled }] of input.blocks.entries()) {
     const decision = decisions[i]
     if (decision === undefined) continue
-    const run = item(runs, i)
-    const block = item(policy.blocks, i)
     out.push({
-      policy: block.name,
+      policy: compiled.name,
       allowed: decision.allowed,
       limit: run.params.limit,
-      remaining: shownRemaining(decision, item(costs, i), charge),
+      remaining: shownRemaining(decision, cost, charge),
       resetMs: decision.resetMs,
       retryAfterMs: shownRetryMs(decision, charge),
       shadow: run.shadow,
@@ -40,20 +36,21 @@ function policyDecisions (input: DecisionInput, decisions: ReadonlyArray<RawDeci
  * the store's answer sets it (evaluate.ts fromStore).
  */
 export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, verdict: Verdict, source: DecisionSource, mode: DecideMode): Evaluation {
-  const { policy, runs, costs } = input
+  const { policy } = input
   const { rejected, binding, outcome, top } = verdict
   const charge: Charge = mode === 'charge' && !rejected ? 'charged' : 'not-charged'
-  const run = runs[binding]
+  const block = input.blocks[binding]
+  const run = block?.run
   const waitedMs = Math.round(input.waitedMs ?? 0)
   return {
     input,
     decision: {
       allowed: !rejected,
       limit: run?.params.limit ?? 0,
-      remaining: shownRemaining(top, costs[binding] ?? 0, charge),
+      remaining: shownRemaining(top, block?.cost ?? 0, charge),
       resetMs: top.resetMs,
       retryAfterMs: shownRetryMs(top, charge),
-      policy: policy.blocks[binding]?.name ?? policy.name,
+      policy: block?.compiled.name ?? policy.name,
       degraded: outcome === 'degraded' || source === 'local',
       // Waited for a slot, then admitted: delayed, however its blocks answered this time.
       outcome: !rejected && waitedMs > 0 && outcome !== 'degraded' ? 'delayed' : outcome,

@@ -1,8 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { DecisionInput, Runtime } from './contract.js'
 import type { RawDecision } from '../store/algorithms.js'
-import { item } from '../util/item.js'
-import type { Adjustment } from '../store/port.js'
+import type { Adjustment, BlockRun } from '../store/port.js'
 import type { DenyCache } from './deny-cache.js'
 import type { UsageChangeSource } from '../diagnostics.js'
 
@@ -34,10 +33,8 @@ export interface UsageChange {
   entries: readonly Adjustment[]
 }
 
-/** The time a units change of block i sends with: its kind's mark of the charge at `chargedAt` (a delay's gcra turn), on the store's clock. */
-export function chargeTimeOf (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, chargedAt: number | undefined, i: number): number | undefined {
-  const decision = decisions[i]
-  const run = item(input.runs, i)
+/** The time a units change of a block's run sends with: its kind's mark of the charge at `chargedAt` (a delay's gcra turn), on the store's clock. */
+export function chargeTimeOf (run: BlockRun, decision: RawDecision | undefined, chargedAt: number | undefined): number | undefined {
   return chargedAt === undefined || decision === undefined ? chargedAt : run.kind.chargeMark(run, decision, chargedAt)
 }
 
@@ -48,10 +45,10 @@ export function chargeTimeOf (input: DecisionInput, decisions: ReadonlyArray<Raw
  */
 export function unitsBack (input: DecisionInput, decisions: ReadonlyArray<RawDecision | undefined>, chargedAt: number | undefined): Adjustment[] {
   const out: Adjustment[] = []
-  for (let i = 0; i < input.runs.length; i++) {
-    const cost = item(input.costs, i)
-    if (decisions[i]?.allowed !== true || cost <= 0) continue
-    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: chargeTimeOf(input, decisions, chargedAt, i) })
+  for (const [i, { run, key, cost }] of input.blocks.entries()) {
+    const decision = decisions[i]
+    if (decision?.allowed !== true || cost <= 0) continue
+    out.push({ kind: 'units', run, key, units: -cost, chargedAt: chargeTimeOf(run, decision, chargedAt) })
   }
   return out
 }

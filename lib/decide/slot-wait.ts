@@ -2,7 +2,6 @@ import { performance } from 'node:perf_hooks'
 import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
 import { evaluateThen, refusedAfterWait } from './evaluate.js'
 import { slotReleases } from '../store/port.js'
-import { item } from '../util/item.js'
 
 /*
  * A concurrency block's `wait`, on the engine's side: a decision that found
@@ -27,16 +26,17 @@ export type OnLeave = (left: () => void) => () => void
 /** The shortest `wait` over the blocks that queued the request. */
 function waitOf (first: Evaluation): number {
   let waitMs = Infinity
-  const { runs } = first.input
-  for (let i = 0; i < runs.length; i++) {
-    if (first.decisions[i]?.queued !== undefined) waitMs = Math.min(waitMs, item(runs, i).params.delayMs ?? 0)
+  for (const [i, { run }] of first.input.blocks.entries()) {
+    if (first.decisions[i]?.queued !== undefined) waitMs = Math.min(waitMs, run.params.delayMs ?? 0)
   }
   return waitMs === Infinity ? 0 : waitMs
 }
 
 /** The keys of the blocks that queued the request. */
 function queuedKeys (first: Evaluation): string[] {
-  return first.input.keys.filter((_, i) => first.decisions[i]?.queued !== undefined)
+  const keys: string[] = []
+  for (const [i, { key }] of first.input.blocks.entries()) if (first.decisions[i]?.queued !== undefined) keys.push(key)
+  return keys
 }
 
 /** The request leaves every slot queue it joined (and would free a slot it took): the same release a request's end sends. */

@@ -48,29 +48,30 @@ export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
   }
 
   /**
-   * The runs a request decides with: `runs` itself while no override matches
-   * (so the precompiled header strings apply), else a copy with the
-   * overridden runs. A caller's own override wins over the block's.
+   * The blocks a request decides with: `blocks` itself while no override
+   * matches (so the precompiled header strings apply), else a copy whose
+   * overridden blocks are copies with the overridden run. A caller's own
+   * override wins over the block's.
    */
-  apply (policy: CompiledPolicy, runs: readonly BlockRun[], keys: readonly string[]): readonly BlockRun[] {
+  apply<B extends { compiled: CompiledBlock, run: BlockRun, key: string }> (policy: CompiledPolicy, blocks: readonly B[]): readonly B[] {
     const entries = this.entries
-    if (entries.size === 0) return runs
-    let out: BlockRun[] | undefined
+    if (entries.size === 0) return blocks
+    let out: B[] | undefined
     const ids = idsOf(policy)
-    for (let i = 0; i < runs.length; i++) {
-      const entry = entries.get(keys[i] as string) ?? entries.get(ids[i] as string)
+    for (const [i, block] of blocks.entries()) {
+      const entry = entries.get(block.key) ?? entries.get(ids[i] ?? '')
       if (entry === undefined) continue
       const { expiresAt } = entry.record
       if (expiresAt !== null && expiresAt <= this.now()) continue
-      const base = runs[i] as BlockRun
+      const base = block.run
       let run = entry.runs.get(base)
       if (run === undefined) {
-        run = runAtLimit((policy.blocks[i] as CompiledBlock).runSpec, base, entry.record.limit, 'equal-follows')
+        run = runAtLimit(block.compiled.runSpec, base, entry.record.limit, 'equal-follows')
         entry.runs.set(base, run)
       }
-      out ??= [...runs]
-      out[i] = run
+      out ??= [...blocks]
+      out[i] = { ...block, run }
     }
-    return out ?? runs
+    return out ?? blocks
   }
 }

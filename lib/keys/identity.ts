@@ -3,7 +3,6 @@ import type { IdentityFunction, IdentityPartSpec } from '../types/index.js'
 import { canonicalIp } from './ip.js'
 import { boundIdentity, identityHasher, type ValueHasher } from './layout.js'
 import { awaitWithin, isThenable, type Outcome } from '../util/await-within.js'
-import { item } from '../util/item.js'
 import { DEFAULT_IDENTITY_TIMEOUT_MS } from '../limits.js'
 
 /*
@@ -165,8 +164,8 @@ function compileParts (
   const specs = Array.isArray(by) ? by : [by]
   if (specs.length === 0) return 'must name at least one identity part'
   const parts: CompiledPart[] = []
-  for (let index = 0; index < specs.length; index++) {
-    const part = compilePart(item(specs, index), index, context)
+  for (const [index, spec] of specs.entries()) {
+    const part = compilePart(spec, index, context)
     if (typeof part === 'string') return part
     parts.push(part)
   }
@@ -226,14 +225,15 @@ function renderAll (
   request: FastifyRequest,
   renderer: Renderer
 ): string | Promise<string> {
-  if (parts.length === 1) {
-    const text = renderPart(item(parts, 0), request, renderer)
+  const only = parts[0]
+  if (parts.length === 1 && only !== undefined) {
+    const text = renderPart(only, request, renderer)
     return typeof text === 'string' ? boundIdentity(text) : text.then(boundIdentity)
   }
   const rendered = new Array<string | Promise<string>>(parts.length)
   let pending = false
-  for (let index = 0; index < parts.length; index++) {
-    const text = renderPart(item(parts, index), request, renderer)
+  for (const [index, part] of parts.entries()) {
+    const text = renderPart(part, request, renderer)
     if (typeof text !== 'string') pending = true
     rendered[index] = text
   }

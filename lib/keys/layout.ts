@@ -139,8 +139,14 @@ export function keyLayout (
 /** One key per block, from the identities resolved for this request (one value per distinct identity). */
 export function assembleKeys (layout: KeyLayout, identities: readonly string[]): string[] {
   const { keyHeads, keyTails, identityOf } = layout
-  const keys = new Array<string>(keyHeads.length)
-  for (let i = 0; i < keyHeads.length; i++) keys[i] = item(keyHeads, i) + item(identities, item(identityOf, i)) + item(keyTails, i)
+  const keys: string[] = []
+  for (const [i, head] of keyHeads.entries()) {
+    const identity = identities[identityOf[i] ?? -1]
+    const tail = keyTails[i]
+    // keyLayout gives every head a tail and an identity: a broken layout throws rather than share one key among callers.
+    if (identity === undefined || tail === undefined) throw new RangeError(`key ${i} of ${keyHeads.length} has no identity or tail`)
+    keys.push(head + identity + tail)
+  }
   return keys
 }
 

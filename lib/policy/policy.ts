@@ -19,6 +19,12 @@ export type { BlockRun } from '../store/port.js'
  * fields below (no parsing, no string building besides the key).
  */
 
+/** One block of a route as one tier runs it: the compiled block and its run (a request adds its key and cost: decide/contract.ts RequestBlock). */
+export interface RouteBlock {
+  compiled: CompiledBlock
+  run: BlockRun
+}
+
 /** Everything one route's requests need. */
 export interface CompiledPolicy extends KeyLayout {
   /** `GET /orders/:id` (with its constraints' text when it has any: keys/constraints.ts), for logs, errors and ban scopes. */
@@ -26,10 +32,10 @@ export interface CompiledPolicy extends KeyLayout {
   /** The first block's name (the route's own policy). */
   name: string
   blocks: readonly CompiledBlock[]
-  /** The runs for requests without a tier (or of the fallback tier). */
-  runs: readonly BlockRun[]
-  /** Per tier name: the run of every block (only when some block has tiers). */
-  tierRuns: Map<string, readonly BlockRun[]> | undefined
+  /** Every block with its run for requests without a tier (or of the fallback tier), in the blocks' order. */
+  routeBlocks: readonly RouteBlock[]
+  /** Per tier name: every block with its run for that tier (only when some block has tiers). */
+  tierBlocks: Map<string, readonly RouteBlock[]> | undefined
   /** One per distinct `by`; block i's is identities[identityOf[i]]. */
   identities: readonly CompiledIdentity[]
   onRedisError: FailurePolicy
@@ -151,20 +157,17 @@ function distinctIdentities (
   return { identities, identityOf }
 }
 
-/** The run lists per tier, when some block has tiers. */
-function runLists (
-  blocks: readonly CompiledBlock[],
-  runs: readonly BlockRun[]
-): Pick<CompiledPolicy, 'tierRuns'> {
-  if (!blocks.some((block) => block.tiers !== undefined)) return { tierRuns: undefined }
-  const tierRuns = new Map<string, readonly BlockRun[]>()
+/** The block lists per tier, when some block has tiers. */
+function tierLists (blocks: readonly CompiledBlock[]): Pick<CompiledPolicy, 'tierBlocks'> {
+  if (!blocks.some((block) => block.tiers !== undefined)) return { tierBlocks: undefined }
+  const tierBlocks = new Map<string, readonly RouteBlock[]>()
   const names = new Set<string>()
   for (const block of blocks) for (const tier of block.tiers?.keys() ?? []) names.add(tier)
   for (const tier of names) {
-    const list = blocks.map((block) => block.tiers?.get(tier) ?? block.tiers?.get(FALLBACK_TIER) ?? block.base)
-    tierRuns.set(tier, list)
+    const list = blocks.map((compiled) => ({ compiled, run: compiled.tiers?.get(tier) ?? compiled.tiers?.get(FALLBACK_TIER) ?? compiled.base }))
+    tierBlocks.set(tier, list)
   }
-  return { tierRuns }
+  return { tierBlocks }
 }
 
 /** Fail-closed wins: one block asking for it closes the route when the store fails; then 'local'. */
@@ -192,7 +195,6 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
   const blocks = [...own, ...globals]
   warnCaseTwins(assembly.route, blocks)
   const { identities, identityOf } = distinctIdentities(blocks, where, context.cluster)
-  const runs = blocks.map((block) => block.base)
   const first = (own[0] ?? globals[0]) as CompiledBlock
   const onRedisError = routeFailurePolicy(assembly)
   const needsBody = identities.some((identity) => identity.needsBody)
@@ -200,8 +202,8 @@ function assemblePolicy (assembly: Assembly): CompiledPolicy {
     route: assembly.route,
     name: first.name,
     blocks,
-    runs,
-    ...runLists(blocks, runs),
+    routeBlocks: blocks.map((compiled) => ({ compiled, run: compiled.base })),
+    ...tierLists(blocks),
     identities,
     ...keyLayout(context.prefix, assembly.at, blocks, identityOf),
     onRedisError,
@@ -243,8 +245,8 @@ function routeStage (
   return 'preValidation'
 }
 
-/** The runs for a request's tier (the fallback tier when it has none or an unknown one). */
-export function runsForTier (policy: CompiledPolicy, tier: string | undefined): readonly BlockRun[] {
-  if (policy.tierRuns === undefined || tier === undefined) return policy.runs
-  return policy.tierRuns.get(tier) ?? policy.runs
+/** The blocks with their runs for a request's tier (the fallback tier when it has none or an unknown one). */
+export function blocksForTier (policy: CompiledPolicy, tier: string | undefined): readonly RouteBlock[] {
+  if (policy.tierBlocks === undefined || tier === undefined) return policy.routeBlocks
+  return policy.tierBlocks.get(tier) ?? policy.routeBlocks
 }

@@ -2,9 +2,8 @@ import type { FastifyReply } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import { retryAfterSeconds, secondsCeil, shownRemaining, type Charge } from '../decide/decision-math.js'
 import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
-import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
+import type { CompiledBlock, CompiledPolicy, RouteBlock } from '../policy/policy.js'
 import type { BlockRun } from '../store/port.js'
-import { item } from '../util/item.js'
 
 /*
  * The header items: what each block contributes to the quota headers (name,
@@ -118,34 +117,33 @@ export type ResetOf = (decision: RawDecision, header: RunHeader, evaluation: Eva
 export function reportingBinding (write: SingleFields, resetOf: ResetOf): (reply: FastifyReply, evaluation: Evaluation) => void {
   return (reply, evaluation) => {
     const { binding, input } = evaluation
-    const run = item(input.runs, binding)
+    const block = input.blocks[binding]
     const decision = evaluation.decisions[binding]
-    if (run.shadow || decision === undefined) return
-    const header = runHeader(run, item(input.policy.blocks, binding))
-    write(reply, header, remainingShown(decision, item(input.costs, binding), evaluation.charge, header), resetOf(decision, header, evaluation))
+    if (block === undefined || block.run.shadow || decision === undefined) return
+    const header = runHeader(block.run, block.compiled)
+    write(reply, header, remainingShown(decision, block.cost, evaluation.charge, header), resetOf(decision, header, evaluation))
   }
 }
 
 /** A `RateLimit-Policy` value: each enforced block's list member joined; '' = send none. */
 export type PolicyValue = (input: DecisionInput) => string
 
-/** Renders block `i`'s list member, '' to leave it out (`runs` and `policy` let it look at the blocks before it). */
-export type PolicyMember = (header: RunHeader, i: number, runs: readonly BlockRun[], policy: CompiledPolicy) => string
+/** Renders block `i`'s list member, '' to leave it out (`blocks` lets it look at the blocks before it). */
+export type PolicyMember = (header: RunHeader, i: number, blocks: readonly RouteBlock[]) => string
 
 /**
- * A format's `RateLimit-Policy` value, cached per compiled run list (policy.runs
- * and tierRuns, filled per policy on first use). The same on every response of
+ * A format's `RateLimit-Policy` value, cached per compiled block list (policy.routeBlocks
+ * and tierBlocks, filled per policy on first use). The same on every response of
  * a route (draft §3: it SHOULD stay consistent), whatever was decided.
  */
 export function policyValues (member: PolicyMember): PolicyValue {
-  const listValues = new WeakMap<readonly BlockRun[], string>()
+  const listValues = new WeakMap<readonly RouteBlock[], string>()
   const filled = new WeakSet<CompiledPolicy>()
-  const join = (policy: CompiledPolicy, runs: readonly BlockRun[]): string => {
+  const join = (blocks: readonly RouteBlock[]): string => {
     let value = ''
-    for (let i = 0; i < runs.length; i++) {
-      const run = item(runs, i)
+    for (const [i, { run, compiled }] of blocks.entries()) {
       if (run.shadow) continue
-      const text = member(runHeader(run, item(policy.blocks, i)), i, runs, policy)
+      const text = member(runHeader(run, compiled), i, blocks)
       if (text !== '') value += (value === '' ? '' : ', ') + text
     }
     return value
@@ -153,16 +151,17 @@ export function policyValues (member: PolicyMember): PolicyValue {
   const fill = (policy: CompiledPolicy): void => {
     filled.add(policy)
     // A list whose strings change (a calendar period's `w`) is joined per request.
-    for (const list of [policy.runs, ...policy.tierRuns?.values() ?? []]) {
-      if (!list.some((run) => run.kind.headerEpoch !== undefined)) listValues.set(list, join(policy, list))
+    for (const list of [policy.routeBlocks, ...policy.tierBlocks?.values() ?? []]) {
+      if (!list.some(({ run }) => run.kind.headerEpoch !== undefined)) listValues.set(list, join(list))
     }
   }
   return (input) => {
-    const { policy, runs } = input
-    const value = listValues.get(runs)
+    const { policy, compiledBlocks } = input
+    // Runs made for one request (a runtime override, requestLimit) are no compiled list: join their items.
+    if (compiledBlocks === undefined) return join(input.blocks)
+    const value = listValues.get(compiledBlocks)
     if (value !== undefined) return value
     if (!filled.has(policy)) fill(policy)
-    // A run list made for one request (a runtime override, requestLimit) is not a compiled one: join its runs' items.
-    return listValues.get(runs) ?? join(policy, runs)
+    return listValues.get(compiledBlocks) ?? join(input.blocks)
   }
 }

@@ -1,10 +1,8 @@
 import type { FastifyReply } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
 import type { DecisionInput, Evaluation } from '../decide/evaluate.js'
-import type { CompiledPolicy } from '../policy/policy.js'
-import type { BlockRun } from '../store/port.js'
+import type { RouteBlock } from '../policy/policy.js'
 import type { HeaderFormat } from '../types/index.js'
-import { item } from '../util/item.js'
 import {
   draftResetSeconds, nextSeconds, policyValues, remainingShown, reportingBinding, resetSeconds, runHeader, type RunHeader
 } from './header-items.js'
@@ -47,16 +45,14 @@ function nextParam (decision: RawDecision, retrySeconds: number | undefined): st
 
 /** draft-10 `RateLimit`: every enforced block decided; on a refusal only the refusing ones. */
 function rateLimitValue (evaluation: Evaluation): string {
-  const { policy, runs, costs } = evaluation.input
   const { decisions, charge, rejected } = evaluation
   const retrySeconds = rejected ? evaluation.retrySeconds : undefined
   let value = ''
-  for (let i = 0; i < runs.length; i++) {
-    const run = item(runs, i)
+  for (const [i, { run, cost, compiled }] of evaluation.input.blocks.entries()) {
     const decision = decisions[i]
     if (run.shadow || decision === undefined || (rejected && decision.allowed)) continue
-    const header = runHeader(run, item(policy.blocks, i))
-    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, item(costs, i), charge, header)}${nextParam(decision, retrySeconds)}`
+    const header = runHeader(run, compiled)
+    value += (value === '' ? '' : ', ') + `${header.name};r=${remainingShown(decision, cost, charge, header)}${nextParam(decision, retrySeconds)}`
   }
   return value
 }
@@ -70,11 +66,11 @@ const writeIetf: HeaderWriter = (reply, evaluation) => {
 }
 
 /** Whether a rate block before block `i` already lists this quota. */
-function quotaListed (quota: number, i: number, runs: readonly BlockRun[], policy: CompiledPolicy): boolean {
-  for (let j = 0; j < i; j++) {
-    const run = item(runs, j)
+function quotaListed (quota: number, i: number, blocks: readonly RouteBlock[]): boolean {
+  for (const [j, { run, compiled }] of blocks.entries()) {
+    if (j >= i) break
     if (run.shadow) continue
-    const header = runHeader(run, item(policy.blocks, j))
+    const header = runHeader(run, compiled)
     if (!header.slots && header.quota === quota) return true
   }
   return false
@@ -87,8 +83,8 @@ function quotaListed (quota: number, i: number, runs: readonly BlockRun[], polic
  * already lists ("Two quota policies MUST NOT be associated with the same
  * quota units value").
  */
-const integerPolicy = policyValues((header, i, runs, policy) => {
-  if (header.slots || quotaListed(header.quota, i, runs, policy)) return ''
+const integerPolicy = policyValues((header, i, blocks) => {
+  if (header.slots || quotaListed(header.quota, i, blocks)) return ''
   return `${header.quota};w=${header.windowSeconds}${header.tierParam}`
 })
 

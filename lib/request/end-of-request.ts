@@ -1,13 +1,12 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { RawDecision } from '../store/algorithms.js'
-import type { DecisionInput, Runtime as DecisionRuntime } from '../decide/evaluate.js'
+import type { DecisionInput, RequestBlock, Runtime as DecisionRuntime } from '../decide/evaluate.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import { onlySlots, type Adjustment, type SlotAdjustment } from '../store/port.js'
+import { onlySlots, type Adjustment, type BlockRun, type SlotAdjustment } from '../store/port.js'
 import type { HeldSlots } from '../kinds/concurrency/slot-keeper.js'
 import { chargeTimeOf, changeUsage, unitsBack, type UsageSource } from '../decide/given-back.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 import { reportValue, type InputRuntime } from './inputs.js'
-import { item } from '../util/item.js'
 
 /** What the end of a request reads: the decision runtime and the time a settle may take. */
 type Runtime = DecisionRuntime & InputRuntime
@@ -65,7 +64,7 @@ export interface Ending {
 
 /** Whether block i charged this request (every admitted decision was charged). */
 export function charged (ending: Ending, i: number): boolean {
-  return ending.decisions[i]?.allowed === true && ending.input.runs[i] !== undefined && ending.input.keys[i] !== undefined
+  return ending.decisions[i]?.allowed === true
 }
 
 /** Whether refundOn matches the reply; a throw or a Promise (it must be synchronous) is logged and means no. */
@@ -82,21 +81,19 @@ function refundMatches (refundOn: (reply: FastifyReply) => boolean, request: Fas
   return false
 }
 
-/** The time a units change of block i sends with (given-back.ts chargeTime). */
-function chargeTime (ending: Ending, i: number): number | undefined {
-  return chargeTimeOf(ending.input, ending.decisions, ending.chargedAt, i)
+/** The time a units change of block i (its run `run`) sends with (given-back.ts chargeTimeOf). */
+function chargeTime (ending: Ending, run: BlockRun, i: number): number | undefined {
+  return chargeTimeOf(run, ending.decisions[i], ending.chargedAt)
 }
 
 /** refundOn: a matching reply gives back what each such block charged. */
 function refunds (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] {
   const { policy, input } = ending
   const out: Adjustment[] = []
-  for (let i = 0; i < input.runs.length; i++) {
-    const refundOn = policy.blocks[i]?.refundOn
-    const cost = item(input.costs, i)
+  for (const [i, { run, key, cost, compiled: { refundOn } }] of input.blocks.entries()) {
     if (refundOn === undefined || !charged(ending, i) || cost <= 0) continue
     if (!refundMatches(refundOn, request, reply, runtime, policy.route)) continue
-    out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units: -cost, chargedAt: chargeTime(ending, i) })
+    out.push({ kind: 'units', run, key, units: -cost, chargedAt: chargeTime(ending, run, i) })
   }
   return out
 }
@@ -121,37 +118,38 @@ function callSettle (settle: NonNullable<CompiledPolicy['blocks'][number]['settl
   return isThenable(value) ? awaitWithin(value, runtime.identityTimeout, 'identityTimeout') : { ok: true, value }
 }
 
-/** Block i's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
-function difference (outcome: Outcome, ending: Ending, i: number, request: FastifyRequest, runtime: Runtime): number {
-  const run = item(ending.input.runs, i)
-  const cost = item(ending.input.costs, i)
+/** A block's settle answer as its difference from the reservation (0: none); anything unusable is logged and changes nothing. */
+function difference (outcome: Outcome, ending: Ending, { run, cost, compiled }: RequestBlock, request: FastifyRequest, runtime: Runtime): number {
   const capacity = Math.max(run.params.limit, run.params.burst)
   const value = outcome.ok ? outcome.value : undefined
   if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= capacity) return value - cost
-  const route = `${ending.policy.route} (${ending.policy.blocks[i]?.name ?? ''})`
+  const route = `${ending.policy.route} (${compiled.name})`
   reportValue(request, runtime, outcome, { what: 'settle', route, instead: `leaving the reservation charged (settle must give an integer from 0 to ${capacity})` })
   return 0
 }
 
 /** settle: per block that charged, the actual units minus the reservation; sync unless a settle returned a promise. */
 function settles (ending: Ending, request: FastifyRequest, reply: FastifyReply, runtime: Runtime): Adjustment[] | Promise<Adjustment[]> {
-  const { policy, input } = ending
-  const differences = new Array<number>(input.runs.length).fill(0)
+  const { input } = ending
+  // One entry per settled block, in block order; units filled in as each settle answers.
+  const settled: Array<{ block: RequestBlock, i: number, units: number }> = []
   let pending: Array<Promise<void>> | undefined
-  for (let i = 0; i < input.runs.length; i++) {
-    const settle = policy.blocks[i]?.settle
+  for (const [i, block] of input.blocks.entries()) {
+    const settle = block.compiled.settle
     if (settle === undefined || !charged(ending, i)) continue
     const outcome = callSettle(settle, request, reply, runtime)
+    const entry = { block, i, units: 0 }
+    settled.push(entry)
     if (outcome instanceof Promise) {
       pending ??= []
-      pending.push(outcome.then((result) => { differences[i] = difference(result, ending, i, request, runtime) }))
+      pending.push(outcome.then((result) => { entry.units = difference(result, ending, block, request, runtime) }))
     } else {
-      differences[i] = difference(outcome, ending, i, request, runtime)
+      entry.units = difference(outcome, ending, block, request, runtime)
     }
   }
   const entries = (): Adjustment[] => {
     const out: Adjustment[] = []
-    differences.forEach((units, i) => { if (units !== 0) out.push({ kind: 'units', run: item(input.runs, i), key: item(input.keys, i), units, chargedAt: chargeTime(ending, i) }) })
+    for (const { block: { run, key }, i, units } of settled) if (units !== 0) out.push({ kind: 'units', run, key, units, chargedAt: chargeTime(ending, run, i) })
     return out
   }
   return pending === undefined ? entries() : Promise.all(pending).then(entries)

@@ -1,13 +1,11 @@
 import type { FastifyRequest } from 'fastify'
 import { callPredicate, type SkipPredicate } from './allow-list.js'
-import type { Reporter, Runtime } from '../decide/evaluate.js'
+import type { DecisionInput, Reporter, RequestBlock, Runtime } from '../decide/evaluate.js'
 import { FST_RRL_INVALID_COST, FST_RRL_REQUEST_VALUE_FAILED, FST_RRL_SKIP_FAILED } from '../errors.js'
 import { assembleKeys } from '../keys/layout.js'
-import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
-import type { BlockRun } from '../store/port.js'
+import type { CompiledBlock, CompiledPolicy, RouteBlock } from '../policy/policy.js'
 import { isCost } from '../policy/rules.js'
 import { isCount } from '../util/validate.js'
-import { item } from '../util/item.js'
 import { awaitWithin, isThenable, strayThenable, type Outcome } from '../util/await-within.js'
 
 /*
@@ -77,16 +75,6 @@ function requestCost (block: CompiledBlock, route: string, request: FastifyReque
   return 1
 }
 
-export function requestCosts (policy: CompiledPolicy, request: FastifyRequest, runtime: Reporter): number[] {
-  const blocks = policy.blocks
-  const costs = new Array<number>(blocks.length)
-  for (let i = 0; i < blocks.length; i++) {
-    const block = blocks[i]
-    costs[i] = block === undefined ? 1 : requestCost(block, policy.route, request, runtime)
-  }
-  return costs
-}
-
 /** What a failed `tier` / `requestLimit` call says in the log: never the value itself. */
 function failure (outcome: Outcome): string {
   if (outcome.ok) {
@@ -131,7 +119,7 @@ function tierOf (outcome: Outcome, request: FastifyRequest, runtime: Reporter, r
 /** The request's tier (sync unless the `tier` function returned a promise). */
 export function requestTier (policy: CompiledPolicy, request: FastifyRequest, runtime: InputRuntime): string | undefined | Promise<string | undefined> {
   const tier = runtime.tier
-  if (policy.tierRuns === undefined || tier === undefined) return undefined
+  if (policy.tierBlocks === undefined || tier === undefined) return undefined
   const outcome = callBounded(tier, request, runtime)
   return outcome instanceof Promise
     ? outcome.then((result) => tierOf(result, request, runtime, policy.route))
@@ -169,19 +157,24 @@ export function requestLimits (policy: CompiledPolicy, request: FastifyRequest, 
   return pending === undefined ? limits : Promise.all(pending).then(() => limits)
 }
 
-/** The tier's runs with each block's request limit applied (a new list only when some limit differs). */
-export function withLimits (policy: CompiledPolicy, runs: readonly BlockRun[], limits: ReadonlyArray<number | undefined>): readonly BlockRun[] {
-  let out: BlockRun[] | undefined
-  for (let i = 0; i < runs.length; i++) {
-    const limit = limits[i]
-    if (limit === undefined) continue
-    const base = item(runs, i)
-    const run = item(policy.blocks, i).withLimit(base, limit)
-    if (run === base) continue
-    out ??= [...runs]
-    out[i] = run
+/**
+ * The request's blocks, one record each: the tier's block and run (at its
+ * `requestLimit` result, when it has one), the request's key and its cost.
+ * `keys` and `limits` hold one entry per block (requestKeys, requestLimits).
+ * The input names the compiled list it was made from unless a limit made a run.
+ */
+export function requestInput (policy: CompiledPolicy, tierBlocks: readonly RouteBlock[], keys: readonly string[], limits: ReadonlyArray<number | undefined> | undefined, request: FastifyRequest, runtime: Reporter): DecisionInput {
+  if (keys.length !== tierBlocks.length) throw new RangeError(`${keys.length} keys for ${tierBlocks.length} blocks`)
+  const blocks: RequestBlock[] = []
+  let compiled = true
+  for (const [i, block] of tierBlocks.entries()) {
+    const limit = limits?.[i]
+    const run = limit === undefined ? block.run : block.compiled.withLimit(block.run, limit)
+    if (run !== block.run) compiled = false
+    // keys[i]: one per block, checked above.
+    blocks.push({ compiled: block.compiled, run, key: keys[i] as string, cost: requestCost(block.compiled, policy.route, request, runtime) })
   }
-  return out ?? runs
+  return { policy, blocks, compiledBlocks: compiled ? tierBlocks : undefined }
 }
 
 /** One key per block; each distinct identity is resolved once. A Promise only when an identity function returned one. */

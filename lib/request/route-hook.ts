@@ -7,9 +7,9 @@ import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../fleet/overrides.js'
 import type { Bans } from '../fleet/bans.js'
 import { refuseBanned, type BanRuntime } from './ban-refusal.js'
-import { runsForTier, type CompiledPolicy } from '../policy/policy.js'
+import { blocksForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
-import { requestCosts, requestKeys, requestLimits, requestTier, skipChecks, skipSource, withLimits, type InputRuntime, type SkipCheck } from './inputs.js'
+import { requestInput, requestKeys, requestLimits, requestTier, skipChecks, skipSource, type InputRuntime, type SkipCheck } from './inputs.js'
 import { trackEnd, type Ending } from './end-of-request.js'
 import { holdRequest, refuseAtClose } from './held-request.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
@@ -48,9 +48,12 @@ interface RouteContext {
 }
 
 function withRuns ({ policy, runtime }: RouteContext, request: FastifyRequest, tier: string | undefined, limits: Array<number | undefined> | undefined, keys: string[]): DecisionInput {
-  const tierRuns = runsForTier(policy, tier)
-  const runs = runtime.overrides.apply(policy, limits === undefined ? tierRuns : withLimits(policy, tierRuns, limits), keys)
-  const input: DecisionInput = { policy, runs, keys, costs: requestCosts(policy, request, runtime) }
+  const input = requestInput(policy, blocksForTier(policy, tier), keys, limits, request, runtime)
+  const blocks = runtime.overrides.apply(policy, input.blocks)
+  if (blocks !== input.blocks) {
+    input.blocks = blocks
+    input.compiledBlocks = undefined
+  }
   if (policy.holdsSlots) input.slot = newSlotId()
   return input
 }

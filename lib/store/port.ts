@@ -61,14 +61,20 @@ export interface StartupLog {
   warn: (object: object, message: string) => void
 }
 
+/** One block of one request: its run, decided on `key` at `cost`. */
+export interface StoreBlock {
+  run: BlockRun
+  key: string
+  cost: number
+}
+
 /**
- * One request's blocks as a store call takes them: run i is decided on
- * `keys[i]` at `costs[i]`. The engine's DecisionInput is one, passed as is.
+ * One request's blocks as a store call takes them, one record per block, in
+ * the policy's order (the order of the decisions answered). The engine's
+ * DecisionInput is one, passed as is.
  */
 export interface StoreRequest {
-  runs: readonly BlockRun[]
-  keys: readonly string[]
-  costs: readonly number[]
+  blocks: readonly StoreBlock[]
   /** The request's slot id (its sorted-set member) for its concurrency runs; none without them. */
   slot?: string
 }
@@ -117,15 +123,10 @@ export interface SlotAdjustment {
 export type Adjustment = UnitsAdjustment | SlotAdjustment
 
 /** The releases of the slots a request takes, one per run that holds one (none without a slot id). */
-export function slotReleases (request: StoreRequest): SlotAdjustment[] {
-  const { runs, keys, slot } = request
+export function slotReleases ({ blocks, slot }: StoreRequest): SlotAdjustment[] {
   const out: SlotAdjustment[] = []
   if (slot === undefined) return out
-  for (let i = 0; i < runs.length; i++) {
-    const run = runs[i]
-    const key = keys[i]
-    if (run !== undefined && key !== undefined && run.kind.holdsSlot) out.push({ kind: 'release', run, key, slot })
-  }
+  for (const { run, key } of blocks) if (run.kind.holdsSlot) out.push({ kind: 'release', run, key, slot })
   return out
 }
 
@@ -134,7 +135,7 @@ export function onlySlots (entries: readonly Adjustment[]): entries is readonly 
   return entries.every((entry) => entry.kind !== 'units')
 }
 
-/** A decision call's answer: one decision per run, and the store's clock (ms) when it decided. */
+/** A decision call's answer: one decision per block, in the request's order, and the store's clock (ms) when it decided. */
 export interface Decided {
   decisions: RawDecision[]
   /** Redis TIME as the script read it (or the test clock it was sent), the memory store's clock: a charge's time for its give-backs. */

@@ -2,9 +2,10 @@
 type Present = NonNullable<unknown> | null
 
 /**
- * `list[i]` where `i` is in range by construction: a loop bound, or a
- * parallel array of the same length (runs[i], keys[i], costs[i] of one
- * request). noUncheckedIndexedAccess types list[i] `T | undefined`; this
+ * `list[i]` where `i` is in range by construction: a loop bound or a
+ * position in a pure algorithm (a binary search, a table row). A request's
+ * blocks are records, walked with for...of, never read through this.
+ * noUncheckedIndexedAccess types list[i] `T | undefined`; this
  * checks instead of asserting, so a broken invariant throws here rather than
  * passing undefined on.
  */

@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import rateLimit, { ALGORITHMS, type AlgorithmName, type RateLimitPluginOptions } from '../../lib/index.js'
 import type { CompileContext } from '../../lib/policy/block.js'
-import type { BlockRun, Penalty } from '../../lib/store/port.js'
+import type { BlockRun, Penalty, StoreRequest } from '../../lib/store/port.js'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './redis.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
@@ -84,6 +84,13 @@ export async function setupModelStore (t: Test, label: string): Promise<{ redisS
   })
   await new Promise<void>((resolve) => { if (client.status === 'ready') resolve(); else client.once('ready', () => { resolve() }) })
   return { redisStore, clock, prefix }
+}
+
+/** A store request of one record per block: run i decided on keys[i] at costs[i] (1 when missing). */
+export function storeRequest (runs: readonly BlockRun[], keys: readonly string[], costs: readonly number[], slot?: string): StoreRequest {
+  const request: StoreRequest = { blocks: runs.map((run, i) => ({ run, key: keys[i] ?? '', cost: costs[i] ?? 1 })) }
+  if (slot !== undefined) request.slot = slot
+  return request
 }
 
 export function testRun (block: { algorithm: AlgorithmName, limit: number, windowMs: number, shadow: boolean, penalty?: Penalty }): BlockRun {

@@ -22,7 +22,7 @@ import { ALGORITHMS, type RawDecision } from '../../lib/store/algorithms.js'
 import { MemoryStore } from '../../lib/store/memory/store.js'
 import type { Adjustment, BlockRun, DecideMode } from '../../lib/store/port.js'
 import type { Boundaries, PeriodBoundaries } from '../../lib/kinds/period/calendar.js'
-import { setupModelStore, testRun } from '../helpers/app.js'
+import { setupModelStore, storeRequest, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
 
@@ -120,7 +120,7 @@ test('property: the batch script decides like the memory store, penalties includ
           const keys = keysOf(d.identity)
           const costs = d.costs.slice(0, runs.length)
           if (d.kind === 'refund' || d.kind === 'adjust') return await redisStore.adjust(entriesOf(d, runs, keys, clock.now))
-          const decided = await redisStore.decide({ runs, keys, costs }, d.kind as DecideMode)
+          const decided = await redisStore.decide(storeRequest(runs, keys, costs), d.kind as DecideMode)
           // the script's now comes back with its call
           if (decided.at !== clock.now) throw new Error(`run ${run} step ${s}: the call replied now ${decided.at}, sent ${clock.now}`)
           return decided.decisions
@@ -132,7 +132,7 @@ test('property: the batch script decides like the memory store, penalties includ
           const costs = d.costs.slice(0, runs.length)
           const expected = d.kind === 'refund' || d.kind === 'adjust'
             ? model.adjustNow(entriesOf(d, runs, keys, clock.now))
-            : model.decideNow({ runs, keys, costs }, d.kind as DecideMode)
+            : model.decideNow(storeRequest(runs, keys, costs), d.kind as DecideMode)
           const got = actual[j]
           const normal = (list: unknown): unknown => Array.isArray(list) ? list.map((x) => typeof x === 'object' && x !== null ? { ...(x as RawDecision), penalized: (x as RawDecision).penalized === true } : x) : list
           if (JSON.stringify(normal(got)) !== JSON.stringify(normal(expected))) {

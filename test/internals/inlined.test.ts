@@ -259,9 +259,8 @@ test('the batch loop\'s inlined emit answers as emit does: straight decisions, p
       now += 37
       const encoded: EncodedCall[] = list.map((block, i) => ({
         kind: 'decide',
-        runs: [testRun({ ...block, shadow: false })],
+        blocks: [{ run: testRun({ ...block, shadow: false }), key: `${prefix}:{k}:${i}`, cost: block.cost }],
         keys: [`${prefix}:{k}:${i}`],
-        costs: [block.cost],
         mode: ''
       }))
       const args = frameBatch(encoded, now)

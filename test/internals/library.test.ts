@@ -17,7 +17,7 @@ import { isFunctionMissing, isLibraryLoaded } from '../../lib/store/redis/client
 import { penaltyKey, type BlockRun } from '../../lib/store/port.js'
 import type { Redis } from 'ioredis'
 import { privateRedis } from '../helpers/redis.js'
-import { testRun } from '../helpers/app.js'
+import { storeRequest, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 60)
 const noop = (): void => {}
@@ -64,7 +64,7 @@ function encode (c: Call, runs: readonly BlockRun[], side: string, now: number):
   const key = (n: number): string => `${side}:{k}:${n}`
   if (c.kind === 'adjust') return adjustCall([{ kind: 'units', run: runs[c.key] as BlockRun, key: key(c.key), units: c.units, chargedAt: c.chargedAgoMs === undefined ? undefined : now - c.chargedAgoMs }], noop, noop)
   const blocks = c.blocks.filter(([n], i) => c.blocks.findIndex(([m]) => m === n) === i)
-  return decideCall({ runs: blocks.map(([n]) => runs[n] as BlockRun), keys: blocks.map(([n]) => key(n)), costs: blocks.map(([, cost]) => cost) }, c.peek ? 'peek' : 'charge', noop, noop)
+  return decideCall(storeRequest(blocks.map(([n]) => runs[n] as BlockRun), blocks.map(([n]) => key(n)), blocks.map(([, cost]) => cost)), c.peek ? 'peek' : 'charge', noop, noop)
 }
 
 test('FCALL of the library answers as EVALSHA of the script, step by step', async (t) => {
@@ -120,7 +120,7 @@ test('splitBatchReply reads the compact reply: five values per block (an admitte
   const library = buildLibrary()
   await admin.call('FUNCTION', 'LOAD', library.source)
   const run = testRun({ algorithm: 'fixed-window', limit: 1, windowMs: 60_000, shadow: false })
-  const calls = ['s:{k}:1', 's:{k}:1', 's:{k}:bad'].map((key) => decideCall({ runs: [run], keys: [key], costs: [1] }, 'charge', noop, noop))
+  const calls = ['s:{k}:1', 's:{k}:1', 's:{k}:bad'].map((key) => decideCall(storeRequest([run], [key], [1]), 'charge', noop, noop))
   await admin.hset('s:{k}:bad', 'not', 'a state')
   const now = 1_900_000_000_000
   const reply = await admin.call('FCALL', library.batch, ...frameBatch(calls, now).map(String))
@@ -132,7 +132,7 @@ test('splitBatchReply reads the compact reply: five values per block (an admitte
   // 7 = remaining 1, allowed 3: resetMs and nextMs packed in the next value, which must be a whole number >= 0.
   // Packed (two integers) and three-integer admitted blocks side by side: a 2-day window's reset is beyond 2^26 ms.
   const dayRun = testRun({ algorithm: 'fixed-window', limit: 5, windowMs: 2 * 86_400_000, shadow: false })
-  const mixed = [run, dayRun, run].map((r, i) => decideCall({ runs: [r], keys: [`s:{k}:mixed${i}`], costs: [1] }, 'charge', noop, noop))
+  const mixed = [run, dayRun, run].map((r, i) => decideCall(storeRequest([r], [`s:{k}:mixed${i}`], [1]), 'charge', noop, noop))
   const toEnd = 2 * 86_400_000 - now % (2 * 86_400_000)
   t.ok(toEnd >= 2 ** 26, `the day window's reset (${toEnd} ms) is beyond the packed form`)
   t.same(splitBatchReply(mixed, await admin.call('FCALL', library.batch, ...frameBatch(mixed, now).map(String))).results, [

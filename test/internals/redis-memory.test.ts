@@ -7,7 +7,7 @@ import { keyHead, keyTail, routeSegment } from '../../lib/keys/layout.js'
 import { MAX_KEY_BYTES } from '../../lib/limits.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { clientPort } from '../../lib/store/redis/client/detect.js'
-import { testRun } from '../helpers/app.js'
+import { storeRequest, testRun } from '../helpers/app.js'
 import { startRedisServer } from '../helpers/redis.js'
 
 /*
@@ -63,7 +63,7 @@ test(`${CALLERS.toLocaleString('en')} distinct identities cost under 25 MiB of R
       for (let i = start; i < start + 10_000; i++) {
         const key = head + identity.resolve({ headers: { 'x-user': `user-${i}@example.com` } } as unknown as FastifyRequest) + tail
         if (key.length > longest) longest = key.length
-        decisions.push(store.decide({ runs, keys: [key], costs: [1] }, 'charge'))
+        decisions.push(store.decide(storeRequest(runs, [key], [1]), 'charge'))
       }
       const refused = (await Promise.all(decisions)).filter(({ decisions: [decision] }) => decision?.allowed !== true).length
       if (refused > 0) throw new Error(`${algorithm}: ${refused} first decisions were refused`)

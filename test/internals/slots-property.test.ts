@@ -17,7 +17,7 @@ import { MemoryStore } from '../../lib/store/memory/store.js'
 import { RedisStore } from '../../lib/store/redis/store.js'
 import { KINDS } from '../../lib/kinds/index.js'
 import type { BlockRun, SlotAdjustment } from '../../lib/store/port.js'
-import { setupModelStore, testRun } from '../helpers/app.js'
+import { setupModelStore, storeRequest, testRun } from '../helpers/app.js'
 
 const NUM_RUNS = Number(process.env.PROPERTY_RUNS ?? 100)
 
@@ -55,7 +55,7 @@ test('property: slots in the batch script behave as the memory store\'s', async 
     const entry = (kind: SlotAdjustment['kind'], identity: number, slot: string): SlotAdjustment[] => [{ kind, run: slots, key: keysOf(identity)[0] as string, slot }]
     const call = async (store: MemoryStore | RedisStore, o: { kind: string, identity: number, slot: number }): Promise<unknown> => {
       const slot = `s${o.slot}`
-      const request = { runs, keys: keysOf(o.identity), costs: runs.map(() => 1), slot }
+      const request = storeRequest(runs, keysOf(o.identity), runs.map(() => 1), slot)
       if (o.kind === 'take') return (await store.decide(request, 'charge')).decisions
       if (o.kind === 'peek') return (await store.decide(request, 'peek')).decisions
       return await store.adjust(entry(o.kind === 'release' ? 'release' : 'renew', o.identity, slot))

@@ -2,7 +2,7 @@ import { once } from 'node:events'
 import { test, type Test } from 'tap'
 import type { Redis } from 'ioredis'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, TestClock } from '../helpers/app.js'
+import { buildApp, storeRequest, TestClock } from '../helpers/app.js'
 import { privateRedis, uniquePrefix } from '../helpers/redis.js'
 import { pluginClient, startProxy, waitFor } from '../helpers/topologies.js'
 import { CONCURRENCY_NUMBER } from '../../lib/store/algorithms.js'
@@ -116,7 +116,7 @@ test('the store after a stall: nothing pending, no slot held', async (t) => {
   t.teardown(() => { redis.disconnect() })
   const store = new RedisStore(clientPort(redis)!, { timeout: TIMEOUT, maxBatch: 128, maxInFlight: 1, maxPending: 100, coalesce: true, onBatch: undefined }, new TestClock().read)
   await store.warmUp()
-  const request = { runs: [slotRun(1, 60_000)], keys: ['late:{c}:s'], costs: [1] }
+  const request = storeRequest([slotRun(1, 60_000)], ['late:{c}:s'], [1])
 
   server.pause()
   const resumed = sleep(STALL_MS).then(() => { server.resume() })

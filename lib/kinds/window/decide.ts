@@ -22,10 +22,14 @@ function withoutTurn (run: BlockRun): BlockRun {
 }
 
 /**
- * The runs a decision takes: a delaying run keeps its turns when `turns`, a
+ * The blocks a decision takes: a delaying run keeps its turns when `turns`, a
  * concurrency run with `wait` its place in the queue when `waits` (the twin
  * keeps the queue's order without joining it: scripts/concurrency.lua 'o').
+ * A block whose run changes is a copy; the others are the same records.
  */
-export function withoutTurns (runs: readonly BlockRun[], turns = false, waits = false): BlockRun[] {
-  return runs.map((run) => (run.kind.holdsSlot ? waits : turns) ? run : withoutTurn(run))
+export function withoutTurns<B extends { run: BlockRun }> (blocks: readonly B[], turns = false, waits = false): B[] {
+  return blocks.map((block) => {
+    const run = (block.run.kind.holdsSlot ? waits : turns) ? block.run : withoutTurn(block.run)
+    return run === block.run ? block : { ...block, run }
+  })
 }

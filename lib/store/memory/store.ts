@@ -1,9 +1,8 @@
 import type { MemoryStep, RawDecision } from '../algorithms.js'
 import { MemoryRecords } from './records.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreBlock, type StoreRequest } from '../port.js'
 import { joinQueue, leaveQueue, queuedSlotStep, slotRelease, slotRenew, type SlotQueue, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
-import { item } from '../../util/item.js'
 import { DEFAULT_MAX_KEYS } from '../../limits.js'
 
 interface Entry {
@@ -82,12 +81,10 @@ export class MemoryStore implements Store {
     this.#entries.set(key, { state, expiresAt })
   }
 
-  /** Run i's step, by its kind: its algorithm at its cost, or its slots for the request's slot id (and its queue, with `wait`). */
-  #step ({ runs, keys, costs, slot }: StoreRequest, i: number, now: number): MemoryStep<unknown> {
-    const run = item(runs, i)
-    const key = item(keys, i)
+  /** A block's step, by its run's kind: its algorithm at its cost, or its slots for the request's slot id (and its queue, with `wait`). */
+  #step ({ run, key, cost }: StoreBlock, slot: string | undefined, now: number): MemoryStep<unknown> {
     if (run.kind.holdsSlot && run.params.delayMs !== undefined) return queuedSlotStep(this.#read(key, now) as SlotState | undefined, this.#queues.get(key), run.params, slot ?? '', now)
-    return run.kind.memoryStep(this.#read(key, now), run, run.kind.callArg(item(costs, i), slot), now)
+    return run.kind.memoryStep(this.#read(key, now), run, run.kind.callArg(cost, slot), now)
   }
 
   /** A slot run with `wait`: the slot id joins its queue (`join`), or leaves it and the key is announced when a slot is free for the next. */
@@ -113,51 +110,48 @@ export class MemoryStore implements Store {
 
   /** The model's synchronous entry (property tests drive it with their own `now`). */
   decideNow (request: StoreRequest, mode: DecideMode, now: number = this.#clock()): RawDecision[] {
-    const { runs, keys } = request
+    const { blocks } = request
     const dry = mode === 'peek'
-    const blocked = this.#penalized(runs, keys, now)
+    const blocked = this.#penalized(blocks, now)
     if (blocked !== undefined) {
-      return runs.map((run, i) => {
+      return blocks.map((block, i) => {
         const wait = blocked[i]
         if (wait !== undefined) return { allowed: false, remaining: 0, resetMs: wait, retryAfterMs: wait, nextMs: wait, penalized: true }
-        return this.#step(request, i, now).decision
+        return this.#step(block, request.slot, now).decision
       })
     }
-    const steps: Array<MemoryStep<unknown>> = []
+    const steps: Array<{ block: StoreBlock, step: MemoryStep<unknown> }> = []
     let admit = true
     let queued = false
-    for (let i = 0; i < runs.length; i++) {
-      const run = item(runs, i)
-      const step = this.#step(request, i, now)
-      steps.push(step)
+    for (const block of blocks) {
+      const step = this.#step(block, request.slot, now)
+      steps.push({ block, step })
       if (step.decision.queued !== undefined) queued = true
-      else if (!step.decision.allowed && !run.shadow) admit = false
+      else if (!step.decision.allowed && !block.run.shadow) admit = false
     }
     if (admit && !dry) {
       // As multi.lua: every other block admits, so the request waits in the queues of the blocks without a slot.
-      for (let i = 0; i < runs.length; i++) {
-        const step = item(steps, i)
-        const slot = request.slot ?? ''
+      const slot = request.slot ?? ''
+      for (const { block: { run, key }, step } of steps) {
         if (queued) {
-          if (step.decision.queued !== undefined) this.#queue(item(runs, i), item(keys, i), slot, now, true)
+          if (step.decision.queued !== undefined) this.#queue(run, key, slot, now, true)
           continue
         }
-        if (step.decision.allowed && step.state !== undefined) this.#write(item(keys, i), step.state, now + step.ttlMs)
-        this.#queue(item(runs, i), item(keys, i), slot, now, false)
+        if (step.decision.allowed && step.state !== undefined) this.#write(key, step.state, now + step.ttlMs)
+        this.#queue(run, key, slot, now, false)
       }
     }
-    const decisions = steps.map((step) => step.decision)
-    if (!dry) this.#countRefusals(request, decisions, now)
+    const decisions = steps.map(({ step }) => step.decision)
+    if (!dry) this.#countRefusals(blocks, decisions, now)
     return decisions
   }
 
   /** A charge's refusals by blocks with a penalty: each counts one, and one may start a penalty. */
-  #countRefusals ({ runs, keys }: StoreRequest, decisions: RawDecision[], now: number): void {
-    for (let i = 0; i < runs.length; i++) {
-      const run = item(runs, i)
-      const decision = item(decisions, i)
-      if (run.penalty === undefined || run.shadow || decision.allowed) continue
-      const until = this.#refused(penaltyKey(item(keys, i)), run.penalty, run.kind.paramsAt(run, now).windowMs, now)
+  #countRefusals (blocks: readonly StoreBlock[], decisions: RawDecision[], now: number): void {
+    for (const [i, { run, key }] of blocks.entries()) {
+      const decision = decisions[i]
+      if (decision === undefined || run.penalty === undefined || run.shadow || decision.allowed) continue
+      const until = this.#refused(penaltyKey(key), run.penalty, run.kind.paramsAt(run, now).windowMs, now)
       if (until !== undefined) {
         const wait = until - now
         decisions[i] = { ...decision, resetMs: Math.max(decision.resetMs, wait), retryAfterMs: Math.max(decision.retryAfterMs, wait), nextMs: Math.max(decision.nextMs, wait), penalized: true }
@@ -166,14 +160,13 @@ export class MemoryStore implements Store {
   }
 
   /** Per block, the ms left of a penalty the identity is serving; undefined when none is. */
-  #penalized (runs: readonly BlockRun[], keys: readonly string[], now: number): Array<number | undefined> | undefined {
+  #penalized (blocks: readonly StoreBlock[], now: number): Array<number | undefined> | undefined {
     let blocked: Array<number | undefined> | undefined
-    for (let i = 0; i < runs.length; i++) {
-      const run = item(runs, i)
+    for (const [i, { run, key }] of blocks.entries()) {
       if (run.penalty === undefined || run.shadow) continue
-      const state = this.#read(penaltyKey(item(keys, i)), now) as PenaltyState | undefined
+      const state = this.#read(penaltyKey(key), now) as PenaltyState | undefined
       if (state !== undefined && state.until > now) {
-        blocked ??= new Array<number | undefined>(runs.length)
+        blocked ??= new Array<number | undefined>(blocks.length)
         blocked[i] = state.until - now
       }
     }

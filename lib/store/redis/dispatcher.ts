@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks'
-import { FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
+import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, splitBatchReply } from './protocol.js'
 import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
@@ -8,7 +8,6 @@ import { bySlot } from './cluster-slots.js'
 import { isIdempotent, type BatchJob, type InFlight } from './in-flight.js'
 import { CallTimers } from './timeouts.js'
 import { Lanes, type Lane } from './lanes.js'
-import { item } from '../../util/item.js'
 
 /*
  * Coalesced decisions. Every decision started in one event-loop turn leaves
@@ -142,7 +141,10 @@ export class Dispatcher {
   #sendToLanes (jobs: readonly BatchJob[]): void {
     if (jobs.length === 0) return
     for (const group of this.#client.cluster ? bySlot(jobs) : [jobs]) {
-      const lane = this.#lanes.of(item(group, 0))
+      // A group is never empty (jobs is not, and bySlot makes none).
+      const [first] = group
+      if (first === undefined) continue
+      const lane = this.#lanes.of(first)
       if (this.#lanes.open(lane)) this.#sendChunks(group, lane)
       else lane.wait(group)
     }
@@ -284,9 +286,9 @@ export class Dispatcher {
     const { jobs } = call
     const { at, results } = splitBatchReply(jobs, reply)
     let failed: BatchJob[] | undefined
-    for (let j = 0; j < jobs.length; j++) {
-      const job = item(jobs, j)
-      const result = item(results, j)
+    for (const [j, job] of jobs.entries()) {
+      // splitBatchReply answers every call, in order.
+      const result = results[j] ?? new FST_RRL_BAD_SCRIPT_REPLY()
       if (result instanceof Error) {
         this.#fail(job, result)
         ;(failed ??= []).push(job)

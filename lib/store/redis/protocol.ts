@@ -1,8 +1,7 @@
 import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreRequest } from '../port.js'
-import { item } from '../../util/item.js'
+import { onlySlots, penaltyKey, type Adjustment, type DecideMode, type StoreBlock, type StoreRequest } from '../port.js'
 import { isInteger } from '../../util/validate.js'
 import { SpecTable } from './specs.js'
 
@@ -56,7 +55,7 @@ export const ADJUST_STRIDE = 4
  */
 export const REPLY_PACK = 2 ** 26
 
-/** A decision or peek as the batch script takes it (its ARGV is framed per batch). */
+/** A decision or peek as the batch script takes it (its ARGV is framed per batch): the request's blocks and its KEYS. */
 export interface DecisionCall extends StoreRequest {
   kind: 'decide'
   /** The block keys, then the penalty keys (see keysWithPenalties). */
@@ -88,15 +87,11 @@ export interface Settlement {
 }
 
 /** The block keys, then one penalty key per block that has a penalty (see scripts/batch.lua). */
-export function keysWithPenalties (request: StoreRequest): readonly string[] {
-  const { runs, keys } = request
-  let all: string[] | undefined
-  for (let i = 0; i < runs.length; i++) {
-    if (item(runs, i).penalty === undefined) continue
-    all ??= [...keys]
-    all.push(penaltyKey(item(keys, i)))
-  }
-  return all ?? keys
+export function keysWithPenalties ({ blocks }: StoreRequest): readonly string[] {
+  const keys: string[] = []
+  for (const { key } of blocks) keys.push(key)
+  for (const { run, key } of blocks) if (run.penalty !== undefined) keys.push(penaltyKey(key))
+  return keys
 }
 
 /**
@@ -104,7 +99,7 @@ export function keysWithPenalties (request: StoreRequest): readonly string[] {
  * (one object literal per request: spreading a call into a job would copy it again).
  */
 export function decideCall (request: StoreRequest, mode: DecideMode, resolve: Settlement['resolve'], reject: Settlement['reject']): DecisionCall & Settlement {
-  return { kind: 'decide', runs: request.runs, costs: request.costs, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], resolve, reject }
+  return { kind: 'decide', blocks: request.blocks, slot: request.slot, keys: keysWithPenalties(request), mode: SCRIPT_MODE[mode], resolve, reject }
 }
 
 /** Store.adjust's entries, in one call (every key in one slot), with what it answers to. */
@@ -117,10 +112,10 @@ export function adjustCall (entries: readonly Adjustment[], resolve: Settlement[
  * slot: a slot is taken only after a dry pass admits), which both scripts run
  * without the general path; undefined for any other call.
  */
-function straightRun (call: EncodedCall): BlockRun | undefined {
-  if (call.kind !== 'decide' || call.runs.length !== 1 || call.mode !== '') return undefined
-  const run = item(call.runs, 0)
-  return run.penalty === undefined && run.kind.straight ? run : undefined
+function straightBlock (call: EncodedCall): StoreBlock | undefined {
+  if (call.kind !== 'decide' || call.blocks.length !== 1 || call.mode !== '') return undefined
+  const [block] = call.blocks
+  return block !== undefined && block.run.penalty === undefined && block.run.kind.straight ? block : undefined
 }
 
 /** An adjustment call's ARGV segment: `-1, n`, then per entry ADJUST_STRIDE values (kind, spec, units, the charge's time). */
@@ -152,19 +147,17 @@ export function frameBatch (calls: readonly EncodedCall[], now: number | undefin
       frameAdjust(call, specs, decisions)
       continue
     }
-    const { runs, costs } = call
-    const straight = straightRun(call)
+    const straight = straightBlock(call)
     if (straight !== undefined) {
-      const cost = item(costs, 0)
-      if (cost === 1) decisions.push(specs.of(straight))
-      else decisions.push(-2, specs.of(straight), cost)
+      const { run, cost } = straight
+      if (cost === 1) decisions.push(specs.of(run))
+      else decisions.push(-2, specs.of(run), cost)
       continue
     }
-    decisions.push(0, runs.length, call.mode)
-    for (let i = 0; i < runs.length; i++) {
-      const run = item(runs, i)
+    decisions.push(0, call.blocks.length, call.mode)
+    for (const { run, cost } of call.blocks) {
       // A slot run's "cost" is the request's slot id, its sorted-set member.
-      decisions.push(specs.of(run), run.kind.callArg(item(costs, i), call.slot))
+      decisions.push(specs.of(run), run.kind.callArg(cost, call.slot))
     }
   }
   return [keys.length, ...keys, now === undefined ? '' : String(now), specs.size, ...specs.values, ...decisions]
@@ -255,7 +248,7 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
       continue
     }
     const values: number[] = []
-    at = call.kind === 'decide' ? readBlocks(list, at, call.runs.length, values) : readAdjusted(list, at, call.entries.length, values)
+    at = call.kind === 'decide' ? readBlocks(list, at, call.blocks.length, values) : readAdjusted(list, at, call.entries.length, values)
     if (at < 0) {
       // The rest cannot be located either.
       while (out.length < calls.length) out.push(new FST_RRL_BAD_SCRIPT_REPLY())
@@ -269,13 +262,18 @@ export function splitBatchReply (calls: readonly EncodedCall[], reply: unknown):
 /** A decision's reply: DECISION_STRIDE integers per block, allowed being 0, 1, 2 for a penalty, RESERVED (its retryAfterMs the wait), or QUEUED (its remaining the waiters ahead). */
 export function toDecisions (values: readonly number[]): RawDecision[] {
   const out: RawDecision[] = []
-  for (let i = 0; i < values.length; i += DECISION_STRIDE) {
+  // readBlocks writes DECISION_STRIDE values per block: the bound keeps every read below in range.
+  for (let i = 0; i + DECISION_STRIDE <= values.length; i += DECISION_STRIDE) {
     const head = values[i]
+    const second = values[i + 1] as number
+    const resetMs = values[i + 2] as number
+    const fourth = values[i + 3] as number
+    const nextMs = values[i + 4] as number
     if (head === RESERVED) {
-      out.push({ allowed: true, remaining: 0, resetMs: item(values, i + 2), retryAfterMs: 0, nextMs: item(values, i + 4), waitMs: item(values, i + 3), freeNow: item(values, i + 1) })
+      out.push({ allowed: true, remaining: 0, resetMs, retryAfterMs: 0, nextMs, waitMs: fourth, freeNow: second })
       continue
     }
-    const decision: RawDecision = { allowed: head === 1, remaining: item(values, i + 1), resetMs: item(values, i + 2), retryAfterMs: item(values, i + 3), nextMs: item(values, i + 4) }
+    const decision: RawDecision = { allowed: head === 1, remaining: second, resetMs, retryAfterMs: fourth, nextMs }
     if (head === 2) decision.penalized = true
     else if (head === QUEUED) decision.queued = decision.remaining
     out.push(decision)

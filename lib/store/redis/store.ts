@@ -134,7 +134,7 @@ export class RedisStore implements Store {
     // would save no wait, and its cooldown would only delay the first decision after the reconnect.
     const client = this.#client
     if (!client.isReady()) return Promise.reject(new FST_RRL_REDIS_UNAVAILABLE(`client is ${client.state()}`))
-    const breaker = mode === 'charge' ? this.#breakers?.of(this.nodeOf(request.keys[0] ?? '')) : undefined
+    const breaker = mode === 'charge' ? this.#breakers?.of(this.nodeOf(request.blocks[0]?.key ?? '')) : undefined
     if (breaker !== undefined && !breaker.allow()) return Promise.reject(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return new Promise((resolve, reject) => {
       this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => {

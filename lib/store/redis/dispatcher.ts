@@ -5,8 +5,7 @@ import { releasesOf, type ReleaseSlots } from './abandoned.js'
 import type { ScriptRoute } from './script-route.js'
 import { isFcallRefused, isFunctionMissing, isNoScript, isTransientRefusal, type ClientPort } from './client/port.js'
 import { bySlot } from './cluster-slots.js'
-import { isIdempotent, type BatchJob, type InFlight } from './in-flight.js'
-import { CallTimers } from './timeouts.js'
+import { CallTimers, isIdempotent, type BatchJob, type InFlight } from './in-flight.js'
 import { Lanes, type Lane } from './lanes.js'
 
 /*

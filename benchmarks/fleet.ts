@@ -1,7 +1,8 @@
 /*
  * npm run bench -- fleet [options]: what one shared Redis costs a fleet (issue 33, item 3).
  *
- *   --instances N     instance processes (default 16)
+ *   --instances N     instance processes (default 4: few, busy processes, so the driver's own CPU stays
+ *                     well below the machine's and the saturation a point shows is Redis's)
  *   --rates R,R,…     fleet-wide offered decisions per second (default 1000,2000,4000,8000,16000)
  *   --seconds S       per point (default 8)
  *   --share C         Redis's CPU quota in cores, 0.1 to 2 (default 0.25), a cgroup with a 10 ms period
@@ -25,6 +26,7 @@
 import { fork, type ChildProcess } from 'node:child_process'
 import { mkdirSync, rmdirSync, writeFileSync, existsSync, readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
+import { availableParallelism } from 'node:os'
 import { Redis } from 'ioredis'
 import { commandDelta, commandStats, machineDescription, packageVersion, processCpuSeconds, redisCpuSeconds, startRedis } from './common.js'
 import { loadAverage, waitForQuiet, type Gate } from './quiet.js'
@@ -50,6 +52,8 @@ export interface FleetPoint {
   p50Ms: number
   p99Ms: number
   oneCoreRate: number
+  /** The rate at which the instance processes and Redis, at this point's costs per decision, would fill every core of the machine. */
+  machineCeiling: number
   /** Share of the quota's periods in which Redis used all of it: near 1, Redis is the bottleneck. */
   throttledShare: number
   loadEnd: number
@@ -58,7 +62,7 @@ export interface FleetPoint {
 }
 
 function parseArgs (argv: string[]): Args {
-  const args: Args = { instances: 16, rates: [1000, 2000, 4000, 8000, 16000], seconds: 8, share: 0.25, sides: SIDES, algorithm: 'fixed-window', maxLoad: 1.5, loadWait: 180, out: `benchmarks/results/${new Date().toISOString().slice(0, 10)}-fleet.md` }
+  const args: Args = { instances: 4, rates: [1000, 2000, 4000, 8000, 16000], seconds: 8, share: 0.25, sides: SIDES, algorithm: 'fixed-window', maxLoad: 1.5, loadWait: 180, out: `benchmarks/results/${new Date().toISOString().slice(0, 10)}-fleet.md` }
   for (let i = 0; i < argv.length; i += 2) {
     const [arg, raw] = [argv[i], argv[i + 1] ?? '']
     const value = Number(raw)
@@ -166,6 +170,7 @@ async function point (args: Args, side: FleetSide, children: ChildProcess[], adm
     p50Ms: percentile(latencies, 0.5),
     p99Ms: percentile(latencies, 0.99),
     oneCoreRate: 1e6 / usPerDecision,
+    machineCeiling: availableParallelism() * 1e6 / (usPerDecision + nodeCpu * 1e6 / Math.max(1, decided)),
     throttledShare: (periodsAfter.throttled - periodsBefore.throttled) / Math.max(1, periodsAfter.periods - periodsBefore.periods),
     loadEnd: loadAverage(),
     commands: Object.fromEntries(byName)
@@ -181,13 +186,15 @@ function report (args: Args, points: FleetPoint[], gates: Map<FleetSide, Gate>, 
     '',
     ...[...gates].map(([side, gate]) => `- ${side}: load ${gate.loadStart.toFixed(2)} at start (${gate.gate})`),
     '',
-    '| side | offered /s | decided /s (not degraded) | decisions per call | Redis CPU µs per decision | × peer | Redis cores used | periods throttled | one core would serve /s | Node CPU µs per decision | p50 ms | p99 ms | degraded | load at end |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
+    `The machine's own ceiling is the rate at which the instance processes and Redis together, at a point's Node and Redis CPU per decision, would fill all ${availableParallelism()} cores: a point whose offered rate is near it measures the machine, not Redis.`,
+    '',
+    '| side | offered /s | decided /s (not degraded) | decisions per call | Redis CPU µs per decision | × peer | Redis cores used | periods throttled | one core would serve /s | Node CPU µs per decision | machine ceiling /s | p50 ms | p99 ms | degraded | load at end |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |'
   ]
   for (const p of points) {
     const peer = points.find((q) => q.side === 'frl' && q.offered === p.offered)
     const ratio = peer === undefined ? '' : (p.redisCpuUsPerDecision / peer.redisCpuUsPerDecision).toFixed(2)
-    lines.push(`| ${p.side} | ${p.offered} | ${p.achieved.toFixed(0)} | ${p.decisionsPerCall.toFixed(1)} | ${p.redisCpuUsPerDecision.toFixed(1)} | ${ratio} | ${p.redisCores.toFixed(3)} | ${(p.throttledShare * 100).toFixed(0)} % | ${p.oneCoreRate.toFixed(0)} | ${p.nodeCpuUsPerDecision.toFixed(1)} | ${p.p50Ms.toFixed(2)} | ${p.p99Ms.toFixed(2)} | ${p.degraded} | ${p.loadEnd.toFixed(2)} |`)
+    lines.push(`| ${p.side} | ${p.offered} | ${p.achieved.toFixed(0)} | ${p.decisionsPerCall.toFixed(1)} | ${p.redisCpuUsPerDecision.toFixed(1)} | ${ratio} | ${p.redisCores.toFixed(3)} | ${(p.throttledShare * 100).toFixed(0)} % | ${p.oneCoreRate.toFixed(0)} | ${p.nodeCpuUsPerDecision.toFixed(1)} | ${p.machineCeiling.toFixed(0)} | ${p.p50Ms.toFixed(2)} | ${p.p99Ms.toFixed(2)} | ${p.degraded} | ${p.loadEnd.toFixed(2)} |`)
   }
   return lines.join('\n') + '\n'
 }

@@ -226,8 +226,8 @@ test('FCALL refused after ready() (an ACL changed): the call is sent again as EV
   t.equal((await readState(admin, key as string))?.[1], 3, 'each decision counted exactly once')
 })
 
-/** The commands docs/operations.md ("ACL") says the plugin's user needs, beside the route's script commands. */
-const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +hgetall +hget +hset +hdel'
+/** The commands and channel docs/operations.md ("ACL") says the plugin's user needs, beside the route's script commands. */
+const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore +hgetall +hget +hset +hdel +publish +subscribe &frrl:slots'
 
 for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], ['EVALSHA', '+evalsha +script|load +eval']] as const) {
   test(`an ACL user with exactly the documented commands (${route} route): every algorithm decides, and a flushed library or script cache degrades nothing`, async (t) => {
@@ -238,6 +238,8 @@ for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], [
     const redis = createClient(server, { username: 'limiter', password: 'secret' })
     const app = await buildApp({ redis, prefix: 'acl', denyCache: false })
     for (const algorithm of ALGORITHMS) app.get(`/${algorithm}`, { config: { rateLimit: { algorithm, limit: 2, window: '1m' } } }, async () => 'ok')
+    // A concurrency block that waits: its queue (ZRANK), the wake-up PUBLISH at release and the plugin's SUBSCRIBE.
+    app.get('/wait', { config: { rateLimit: { concurrency: 1, wait: '3s', onRedisError: 'closed' } } }, async () => await new Promise((resolve) => setTimeout(() => { resolve('ok') }, 100)))
     await app.ready()
     t.teardown(async () => { await app.close(); redis.disconnect(); admin.disconnect(); await server.stop() })
     const statuses = async (): Promise<number[]> => await Promise.all(ALGORITHMS.map(async (algorithm) => (await app.inject(`/${algorithm}`)).statusCode))
@@ -249,6 +251,14 @@ for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], [
     t.equal(app.rateLimit.stats().degraded, 0, 'nothing degraded')
     const stats = await admin.info('commandstats')
     t.match(stats, route === 'Functions' ? /cmdstat_fcall:calls=[1-9]/ : /cmdstat_evalsha:calls=[1-9]/, `decisions went by the ${route} route`)
+    const started = Date.now()
+    const waits = await Promise.all([0, 1, 2].map(async () => (await app.inject('/wait')).statusCode))
+    t.same(waits, [200, 200, 200], 'three at once on one slot: each waits its turn')
+    t.ok(Date.now() - started < 900, `the waiters were woken by the release's PUBLISH, not by their 1 s poll (${Date.now() - started} ms)`)
+    // CONFIG GET (the eviction check) is optional; on the EVALSHA route the refused FUNCTION LOAD and its FCALL probe are how the route was chosen.
+    const expected = new Set(['config|get', ...route === 'EVALSHA' ? ['function|load', 'fcall'] : []])
+    const refused = (await admin.call('ACL', 'LOG') as unknown[][]).map((entry) => String(entry[entry.indexOf('object') + 1])).filter((object) => !expected.has(object))
+    t.same(refused, [], 'Redis refused the user nothing else')
   })
 }
 

@@ -153,7 +153,7 @@ export interface RateLimitBlockFields {
  * same script call as the route's other blocks and given back when the
  * response closes (after it finished, on a client abort, on a timeout); a
  * crashed instance's slots are reclaimed after the plugin's `lease`.
- * Refused: 429 with `Retry-After: 1`. See docs/concurrency.md.
+ * Refused: 429 with `Retry-After: 1`. See docs/options.md (Concurrency blocks) and docs/shaping.md (`wait`).
  */
 export interface RateLimitConcurrencyBlock extends Pick<RateLimitBlock, 'by' | 'onRedisError' | 'name' | 'mode' | 'hook' | 'skip'> {
   /** Requests in flight per identity, at most (1 to 10,000), or a tier map. */

@@ -132,4 +132,15 @@ describe('what still compiles', () => {
       expect(request.routeOptions.config.rateLimit).type.toBe<RouteRateLimit | undefined>()
     })
   })
+  test('a helper that passes a block through: typed RateLimitBlock it compiles and its callers are checked; generic over the block it does not (CHANGELOG)', () => {
+    function limited (url: string, block: RateLimitBlock): void {
+      app.get(url, { config: { rateLimit: block } }, handler)
+    }
+    expect(limited('/a', { limit: 10, window: '1m' })).type.not.toRaiseError()
+    expect(limited('/b', { limit: 10, window: '1m', algoritm: 'gcra' })).type.toRaiseError("'algoritm' does not exist")
+    function limitedGeneric<B extends RateLimitBlock> (url: string, block: B): void {
+      expect(app.get(url, { config: { rateLimit: block } }, handler)).type.toRaiseError()
+    }
+    expect(limitedGeneric).type.not.toBe<undefined>()
+  })
 })

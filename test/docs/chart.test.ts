@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { chartOf, chartRows } from '../../benchmarks/chart.js'
 import type { RunResult } from '../../benchmarks/http.js'
 
-const RUN = '2026-12-06-one-path-before'
+const RUN = '2026-12-06-one-path-after'
 const json = fileURLToPath(new URL(`../../benchmarks/results/${RUN}.json`, import.meta.url))
 
 test('the chart in docs/performance.md is the one its results JSON draws', async (t) => {

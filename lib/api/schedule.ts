@@ -9,7 +9,7 @@ import type { RateLimitDecision } from '../types/index.js'
 /*
  * fastify.rateLimit.schedule: the outbound "wait for my turn". The decision
  * may reserve a later turn (a block's `delay`); the call then resolves at that
- * turn, held on this instance like a request (decide/holds.ts), and an abort
+ * turn, held on this instance like a request (kinds/delay/holds.ts), and an abort
  * of its signal or the plugin's close before it gives back what it charged
  * (decide/given-back.ts unitsBack, source 'abort').
  */

@@ -3,8 +3,8 @@ import type { RawDecision } from '../store/algorithms.js'
 import type { Charge } from './decision-math.js'
 import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/slot-keeper.js'
-import type { Holds, Place } from './holds.js'
-import type { Waiters } from './waiters.js'
+import type { Holds, Place } from '../kinds/delay/holds.js'
+import type { Waiters } from '../kinds/concurrency/waiters.js'
 import type { DecisionSource, Metrics } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { PendingWork } from '../util/pending-work.js'
@@ -76,7 +76,7 @@ export interface DecisionInput {
   compiledBlocks?: readonly RouteBlock[] | undefined
   /** This request's slot id, when some block is a concurrency block (see kinds/concurrency/decide.ts newSlotId). */
   slot?: string
-  /** Ms this request has waited for a slot so far (a block's `wait`: decide/slot-wait.ts); absent: it has not. */
+  /** Ms this request has waited for a slot so far (a block's `wait`: kinds/concurrency/slot-wait.ts); absent: it has not. */
   waitedMs?: number
   /** performance.now() when a policy with `delay` or `wait` sent its last decision. */
   sentAt?: number
@@ -92,7 +92,7 @@ export interface DecisionOrigin {
   holds?: boolean
   /** The caller waits for a concurrency slot (a route, acquire()); absent: a block's `wait` is not used. */
   waits?: boolean
-  /** A waiter's poll (decide/slot-wait.ts): it keeps its place in the queue whatever the maxDelayed bound. */
+  /** A waiter's poll (kinds/concurrency/slot-wait.ts): it keeps its place in the queue whatever the maxDelayed bound. */
   inQueue?: boolean
 }
 
@@ -119,7 +119,7 @@ export interface Evaluation {
   /** No slot yet, but the request joined the slot's queue and waits (a block's `wait`): not an answer, never reported. */
   queued: boolean
   /**
-   * Its place under maxDelayed (decide/holds.ts), when it holds (turnMs > 0)
+   * Its place under maxDelayed (kinds/delay/holds.ts), when it holds (turnMs > 0)
    * or queued: whoever holds it or makes it wait passes the place on, and
    * returns it on every other path (returning it again does nothing).
    */

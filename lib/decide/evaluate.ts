@@ -7,8 +7,8 @@ import type { DenyCache } from './deny-cache.js'
 import { publish, toEvaluation } from './evaluation.js'
 import { decisionChannel, TELEMETRY_THREW } from '../diagnostics.js'
 import type { RateLimitDecision } from '../types/index.js'
-import { withoutTurns } from '../kinds/window/decide.js'
-import type { Place } from './holds.js'
+import { withoutTurns } from '../kinds/delay/turns.js'
+import type { Place } from '../kinds/delay/holds.js'
 
 export { combine, type Verdict } from './combine.js'
 export type { DecisionInput, DecisionOrigin, Engine, Evaluation, Reporter, RequestBlock, Runtime } from './contract.js'
@@ -120,7 +120,7 @@ function deliver (call: StoreCall, evaluation: Evaluation, failure: unknown): vo
     else place.release()
   }
   call.done(evaluation)
-  // A place in a slot's queue is not an answer: the wait's end is reported (decide/slot-wait.ts).
+  // A place in a slot's queue is not an answer: the wait's end is reported (kinds/concurrency/slot-wait.ts).
   if (!evaluation.queued) report(call, evaluation, durationMs, failure)
 }
 
@@ -173,7 +173,7 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
     const turns = turnsFor(input, origin, runtime)
     input = turns.input
     place = turns.place
-    // A waiter's wake-up may arrive before this call's reply (decide/waiters.ts add).
+    // A waiter's wake-up may arrive before this call's reply (kinds/concurrency/waiters.ts add).
     input.sentAt = performance.now()
   }
   // A failure after the call returns the place too (deliver returns it on every answer).
@@ -212,7 +212,7 @@ function mayHoldOrQueue (blocks: readonly RequestBlock[], holds: boolean, waits:
  * A policy with `delay` or `wait`: its runs may reserve a later turn when the
  * caller holds the request, or join a slot's queue when it waits, when a
  * place under maxDelayed is free: taken now, before the call, so a burst in
- * flight counts (decide/holds.ts). None free: only what fits now is admitted,
+ * flight counts (kinds/delay/holds.ts). None free: only what fits now is admitted,
  * counted `undelayed`. A waiter's own polls keep their place (it is counted
  * among the waiters).
  */

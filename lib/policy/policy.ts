@@ -53,7 +53,7 @@ export interface CompiledPolicy extends KeyLayout {
   endOfRequest: boolean
   /** Some block's kind holds a slot per request: each request gets a slot id, and holds its slots until the response closes. */
   holdsSlots: boolean
-  /** Some block has a `delay`: a request may be admitted at a later turn and held until it (decide/holds.ts). */
+  /** Some block has a `delay`: a request may be admitted at a later turn and held until it (kinds/delay/holds.ts). */
   delays: boolean
   /** Every block is in shadow mode: nothing is ever refused and no header is sent. */
   allShadow: boolean

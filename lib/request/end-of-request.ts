@@ -56,7 +56,7 @@ export interface Ending {
   chargedAt: number | undefined
   /** The concurrency slots the request holds, if any. */
   slots?: HeldSlots | undefined
-  /** Waiting for its reserved turn (request/held-request.ts): ending now, it never ran, and gives back what it charged. */
+  /** Waiting for its reserved turn (kinds/delay/held-request.ts): ending now, it never ran, and gives back what it charged. */
   held: boolean
   /** Its end has been handled (at the response's close, or at once by endNow): it fires once. */
   over?: true

@@ -6,14 +6,14 @@ import { checkForwarded } from './proxy-check.js'
 import type { HeaderWriter } from '../reply/headers.js'
 import type { Overrides } from '../fleet/overrides.js'
 import type { Bans } from '../fleet/bans.js'
-import { refuseBanned, type BanRuntime } from './ban-refusal.js'
+import { refuseBanned, type BanRuntime } from '../fleet/ban-refusal.js'
 import { blocksForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { Refuse } from '../reply/problem.js'
 import { requestInput, requestKeys, requestLimits, requestTier, skipChecks, skipSource, type InputRuntime, type SkipCheck } from './inputs.js'
 import { trackEnd, type Ending } from './end-of-request.js'
-import { holdRequest, refuseAtClose } from './held-request.js'
+import { holdRequest, refuseAtClose } from '../kinds/delay/held-request.js'
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
-import { waitForSlot } from '../decide/slot-wait.js'
+import { waitForSlot } from '../kinds/concurrency/slot-wait.js'
 import { UNAVAILABLE_RETRY_SECONDS } from '../decide/decision-math.js'
 
 /*
@@ -137,7 +137,7 @@ function respond (ctx: RouteContext, request: FastifyRequest, reply: FastifyRepl
 
 /**
  * No slot yet, a place in its queue (a block's `wait`): waits for one
- * (decide/slot-wait.ts), then responds to the decision that ended the
+ * (kinds/concurrency/slot-wait.ts), then responds to the decision that ended the
  * wait; a client gone ends it silently, the plugin's close with a 503.
  */
 async function waitThenRespond (ctx: RouteContext, request: FastifyRequest, reply: FastifyReply, input: DecisionInput, first: Evaluation): Promise<boolean> {

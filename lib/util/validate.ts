@@ -1,4 +1,4 @@
-import { item } from '../util/item.js'
+import { item } from './item.js'
 /*
  * General checks and message parts every validating tier shares (options,
  * policy, request inputs, the programmatic API); each caller throws its own

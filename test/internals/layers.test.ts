@@ -24,13 +24,30 @@ function sources (dir: string): string[] {
 }
 
 /**
+ * A capability's files of other tiers, kept in its folder (CONTRIBUTING.md,
+ * "Architecture"): each is held to the rules of the tier it belongs to.
+ */
+const CAPABILITY_FILES: Record<string, string> = {
+  'kinds/concurrency/waiters.ts': 'decide',
+  'kinds/concurrency/slot-wait.ts': 'decide',
+  'kinds/delay/holds.ts': 'decide',
+  'kinds/delay/turns.ts': 'decide',
+  'kinds/delay/held-request.ts': 'request',
+  'fleet/ban-api.ts': 'api',
+  'fleet/ban-refusal.ts': 'request'
+}
+
+/**
  * `store/redis/store.ts` → `store`; a top-level file is its own tier (`index`,
  * `types`, …). A kind's step that needs a higher tier sits in its kind's folder
- * under that tier's name (`kinds/concurrency/decide.ts` → `decide`), and is held
- * to that tier's rules.
+ * under that tier's name (`kinds/concurrency/decide.ts` → `decide`), or is
+ * named in CAPABILITY_FILES, and is held to that tier's rules.
  */
 function tierOf (file: string): string {
-  const parts = relative(lib, file).split(sep)
+  const path = relative(lib, file).split(sep).join('/')
+  const named = CAPABILITY_FILES[path]
+  if (named !== undefined) return named
+  const parts = path.split('/')
   const base = (parts[parts.length - 1] as string).replace(/\.ts$/, '')
   if (parts[0] === 'kinds' && parts.length > 1 && base in ALLOWED && base !== 'kinds' && base !== 'index') return base
   return parts.length > 1 ? parts[0] as string : base
@@ -248,4 +265,8 @@ test('every supported client is an optional peer dependency', async (t) => {
     t.ok(pkg.peerDependencies[name], `${name} is a peer dependency`)
     t.equal(pkg.peerDependenciesMeta[name]?.optional, true, `${name} is optional`)
   }
+})
+
+test('every capability file the tier map names exists', async (t) => {
+  for (const path of Object.keys(CAPABILITY_FILES)) t.ok(existsSync(join(lib, path)), path)
 })

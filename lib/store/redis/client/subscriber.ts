@@ -5,7 +5,7 @@
  * client report a Redis in trouble, and a waiter polls anyway. Messages sent
  * while it reconnects are lost: `onReady` runs when its connection is lost
  * and each time it is subscribed again, and the waiters poll at once
- * (decide/waiters.ts).
+ * (kinds/concurrency/waiters.ts).
  */
 
 /** Closes the subscriber connection. */

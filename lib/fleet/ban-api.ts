@@ -2,9 +2,9 @@ import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { canonicalIp } from '../keys/ip.js'
 import { shown } from '../util/validate.js'
 import type { PolicySummary, RateLimitApi, RateLimitBan, RateLimitBanInput, RateLimitBanKind } from '../types/index.js'
-import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from '../fleet/bans.js'
-import { changeText, shownIdentity, ttlInput } from './inputs.js'
-import type { PolicyRegistry } from './registry.js'
+import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from './bans.js'
+import { changeText, shownIdentity, ttlInput } from '../api/inputs.js'
+import type { PolicyRegistry } from '../api/registry.js'
 
 /* fastify.rateLimit.ban / unban / listBans, and the routes' ban counts in policies(). */
 

@@ -2,7 +2,7 @@
  * Requests (and API calls) admitted at a later turn (a block's `delay`) and
  * held on this instance until it: a timer each, no further store call. The
  * number held is bounded (`maxDelayed`, with the waiters for a slot): past it
- * the engine decides without delay or wait (kinds/window/decide.ts
+ * the engine decides without delay or wait (kinds/delay/turns.ts
  * withoutTurns), so no turn is reserved for a request this instance would not
  * hold. The bound counts what may become what it bounds: a decision that may
  * hold or queue takes a place before its store call (a burst's decisions are
@@ -14,7 +14,7 @@
  * at once: close() must not wait for its turn.
  */
 
-/** A place under the bound, taken before a store call: it becomes a hold (Holds.hold) or a wait (decide/slot-wait.ts), else it is returned. Returning it twice does nothing. */
+/** A place under the bound, taken before a store call: it becomes a hold (Holds.hold) or a wait (kinds/concurrency/slot-wait.ts), else it is returned. Returning it twice does nothing. */
 export interface Place {
   release: () => void
 }
@@ -29,7 +29,7 @@ interface Held {
 export class Holds {
   readonly #max: number
   readonly #held = new Set<Held>()
-  /** The others the bound covers: requests waiting for a slot (decide/waiters.ts). */
+  /** The others the bound covers: requests waiting for a slot (kinds/concurrency/waiters.ts). */
   readonly #others: () => number
   /** Places taken by decisions still in flight (or answered, and not yet held or waiting). */
   #taken = 0

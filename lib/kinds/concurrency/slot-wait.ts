@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
-import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from './contract.js'
-import { evaluateThen, refusedAfterWait } from './evaluate.js'
-import { slotReleases } from '../store/port.js'
+import type { DecisionInput, DecisionOrigin, Evaluation, Runtime } from '../../decide/contract.js'
+import { evaluateThen, refusedAfterWait } from '../../decide/evaluate.js'
+import { slotReleases } from '../../store/port.js'
 
 /*
  * A concurrency block's `wait`, on the engine's side: a decision that found

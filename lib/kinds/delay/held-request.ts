@@ -1,17 +1,17 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { performance } from 'node:perf_hooks'
-import type { CompiledPolicy } from '../policy/policy.js'
-import { endNow, type Ending } from './end-of-request.js'
-import type { InputRuntime } from './inputs.js'
-import type { Runtime } from '../decide/evaluate.js'
-import type { Refuse } from '../reply/problem.js'
-import { retryAfterSeconds } from '../decide/decision-math.js'
-import type { RateLimitDecision } from '../types/index.js'
-import type { Place } from '../decide/holds.js'
+import type { CompiledPolicy } from '../../policy/policy.js'
+import { endNow, type Ending } from '../../request/end-of-request.js'
+import type { InputRuntime } from '../../request/inputs.js'
+import type { Runtime } from '../../decide/evaluate.js'
+import type { Refuse } from '../../reply/problem.js'
+import { retryAfterSeconds } from '../../decide/decision-math.js'
+import type { RateLimitDecision } from '../../types/index.js'
+import type { Place } from './holds.js'
 
 /*
  * A request admitted at a later turn (a block's `delay`): its headers are
- * written, and it waits on this instance (decide/holds.ts) until the turn,
+ * written, and it waits on this instance (kinds/delay/holds.ts) until the turn,
  * then goes on to its handler. While it waits its Ending is `held`: if the
  * client leaves, the end of the request gives back what it charged
  * (end-of-request.ts abandoned); if the plugin closes, it is answered 503

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { Bans } from '../fleet/bans.js'
+import type { Bans } from './bans.js'
 import { recordBan } from '../decide/evaluate.js'
 import { TELEMETRY_THREW } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'

@@ -52,6 +52,7 @@ export const DEFAULTS = {
   maxDelayed: 10_000, // requests held or waiting per instance: about 16 KB of heap each (docs/shaping.md)
   configKey: 'rateLimit', // @fastify/rate-limit's key, so routes declared for it read the same
   lease: '60s', // DEFAULT_LEASE_MS as written
+  picture: { interval: '5s', top: 20, rawIdentities: false }, // a picture per instance every 5 s; 20 callers per route; identities shown hashed
   useErrorHandler: false // the plugin answers refusals itself (problem+json)
 } as const
 
@@ -167,3 +168,16 @@ export const MAX_DELAY_MS = 60_000
 export const FLEET_POLL_MS = 1000
 /** `actor` and `reason` of a change, at most this many characters: both are logged with every change. */
 export const MAX_CHANGE_TEXT_LENGTH = 200
+
+/* ── The fleet's picture and the console ────────────────────────────── */
+
+/** `picture.interval` at least (ms): each instance writes one picture (a few KB) per interval. */
+export const MIN_PICTURE_INTERVAL_MS = 1000
+/** `picture.interval` at most (ms): a picture lapses after three intervals, so a dead instance shows that long. */
+export const MAX_PICTURE_INTERVAL_MS = 300_000
+/** `picture.top` at most: callers held per route (a Space-Saving summary of this many entries). */
+export const MAX_PICTURE_TOP = 1000
+/** Intervals of each route's series in a picture: a minute at the default interval, for rates and sparklines. */
+export const PICTURE_SERIES = 12
+/** Operator changes the audit trail keeps, about (a Redis stream trimmed with MAXLEN ~). */
+export const AUDIT_ENTRIES = 10_000

@@ -7,14 +7,16 @@ import { Holds } from './kinds/delay/holds.js'
 import { Waiters } from './kinds/concurrency/waiters.js'
 import { SlotKeeper } from './kinds/concurrency/slot-keeper.js'
 import type { IdentityContext, IdentityKind } from './keys/identity.js'
-import { bansKey, overridesKey } from './keys/layout.js'
+import { auditKey, bansKey, overridesKey, pictureKeys } from './keys/layout.js'
+import { PictureCounters } from './picture/counters.js'
+import { AUDIT_ENTRIES, PICTURE_SERIES } from './limits.js'
 import type { ResolvedOptions } from './options/index.js'
 import type { CompileContext } from './policy/policy.js'
 import { headerWriter, redirectGuard } from './reply/headers.js'
 import { createRefuse } from './reply/problem.js'
 import type { RouteRuntime } from './request/route-hook.js'
 import { MemoryStore } from './store/memory/store.js'
-import type { Store } from './store/port.js'
+import type { AuditTrail, PictureBoard, Store } from './store/port.js'
 import { clientPort, describeClient } from './store/redis/client/detect.js'
 import { RedisStore } from './store/redis/store.js'
 import { BurstLogger, OncePerWindow } from './util/log-throttle.js'
@@ -29,6 +31,10 @@ export interface PluginRuntime extends RouteRuntime {
   redirectGuard: ReturnType<typeof redirectGuard>
   /** The plugin's `timeout`: each close-time call is bounded by it (closeRuntime). */
   timeout: number
+  /** Operator changes (bans, overrides, resets with an actor): the store's bounded trail. */
+  audit: AuditTrail
+  /** The fleet's pictures (lib/picture/). */
+  board: PictureBoard
 }
 
 type StoreCall = (size: number, latencyMs: number) => void
@@ -92,6 +98,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     const err = new FST_RRL_REPLY_BUILDER_FAILED(request.routeOptions.method + ' ' + (request.routeOptions.url ?? ''))
     runtime.badInput.report(request.log, { err, cause: causeOf(error) }, 'rate limit replyBuilder failed; sent the default reply')
   })
+  const audit = store.audit(auditKey(options.prefix), AUDIT_ENTRIES)
   const waiters = new Waiters(options.lease, (onWake, onGap) => store.watchSlots(onWake, onGap))
   const runtime: PluginRuntime = {
     store,
@@ -116,8 +123,11 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },
-    overrides: new Overrides(store.records(overridesKey(options.prefix)), fastify.log),
-    bans: new Bans(store.records(bansKey(options.prefix)), fastify.log, identityContext(fastify, options, elapsed)),
+    overrides: new Overrides(store.records(overridesKey(options.prefix)), fastify.log, audit),
+    bans: new Bans(store.records(bansKey(options.prefix)), fastify.log, identityContext(fastify, options, elapsed), audit),
+    audit,
+    board: store.board(pictureKeys(options.prefix)),
+    picture: options.picture === undefined ? undefined : new PictureCounters(options.picture.top, PICTURE_SERIES),
     identityTimeout: options.identityTimeout
   }
   return runtime

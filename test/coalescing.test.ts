@@ -26,7 +26,8 @@ async function setup (t: Test, options: RateLimitPluginOptions = {}, redis?: Red
   server ??= await startServer([], { label: 'coalesce' })
   const admin = adminClient(server.port)
   redis ??= createClient(server)
-  const app = await buildApp({ redis, prefix: 'co', denyCache: false, user: (req) => req.headers['x-user'] as string | undefined, ...options })
+  // The fleet's picture is published by EVAL: off here, where EVAL calls are counted.
+  const app = await buildApp({ redis, prefix: 'co', denyCache: false, picture: false, user: (req) => req.headers['x-user'] as string | undefined, ...options })
   app.get('/x', { config: { rateLimit: { limit: LIMIT, window: '1h', by: 'user' } } }, async (req) => req.rateLimit)
   app.get('/closed', { config: { rateLimit: { limit: LIMIT, window: '1h', by: 'user', onRedisError: 'closed' } } }, async (req) => req.rateLimit)
   app.get('/count', { config: { rateLimit: { algorithm: 'fixed-window', limit: 1_000_000, window: '1h', by: 'user' } } }, async (req) => req.rateLimit)
@@ -194,7 +195,7 @@ test('Redis absent at ready(), then one that refuses FUNCTION: the route change 
   const port = await freePort()
   const redis = pluginClient('recommended', port)
   const lines: Array<{ level: number, msg: string, cause?: string }> = []
-  const app = await buildApp({ redis, prefix: 'co', denyCache: false, user: (req) => req.headers['x-user'] as string | undefined }, { logger: { level: 'debug', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
+  const app = await buildApp({ redis, prefix: 'co', denyCache: false, picture: false, user: (req) => req.headers['x-user'] as string | undefined }, { logger: { level: 'debug', stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } } })
   app.get('/count', { config: { rateLimit: { algorithm: 'fixed-window', limit: 1_000_000, window: '1h', by: 'user' } } }, async () => 'ok')
   await app.ready()
   const server = await startServer(['--rename-command', 'FUNCTION', ''], { port, label: 'coalesce-late' })
@@ -227,7 +228,7 @@ test('FCALL refused after ready() (an ACL changed): the call is sent again as EV
 })
 
 /** The commands and channel docs/operations.md ("ACL") says the plugin's user needs, beside the route's script commands. */
-const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore +hgetall +hget +hset +hdel +publish +subscribe &frrl:slots'
+const ACL_DATA = '+time +get +set +del +incrby +pexpire +pttl +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore +hgetall +hget +hset +hdel +xadd +xrevrange +publish +subscribe &frrl:slots'
 
 for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], ['EVALSHA', '+evalsha +script|load +eval']] as const) {
   test(`an ACL user with exactly the documented commands (${route} route): every algorithm decides, and a flushed library or script cache degrades nothing`, async (t) => {
@@ -255,6 +256,10 @@ for (const [route, commands] of [['Functions', '+fcall +function|load +eval'], [
     const waits = await Promise.all([0, 1, 2].map(async () => (await app.inject('/wait')).statusCode))
     t.same(waits, [200, 200, 200], 'three at once on one slot: each waits its turn')
     t.ok(Date.now() - started < 900, `the waiters were woken by the release's PUBLISH, not by their 1 s poll (${Date.now() - started} ms)`)
+    // The fleet's picture (published at ready), a ban and its audit entry: the console's reads and writes.
+    t.equal((await app.rateLimit.fleet()).instances.length, 1, 'the picture was published and read under the ACL')
+    await app.rateLimit.ban({ identity: { ip: '203.0.113.9' }, ttl: 60_000, actor: 'acl test', reason: 'audit trail under the ACL' })
+    t.match(await app.rateLimit.auditTrail(5), [{ change: 'set', noun: 'ban', actor: 'acl test' }], 'the ban is in the audit trail')
     // CONFIG GET (the eviction check) is optional; on the EVALSHA route the refused FUNCTION LOAD and its FCALL probe are how the route was chosen.
     const expected = new Set(['config|get', ...route === 'EVALSHA' ? ['function|load', 'fcall'] : []])
     const refused = (await admin.call('ACL', 'LOG') as unknown[][]).map((entry) => String(entry[entry.indexOf('object') + 1])).filter((object) => !expected.has(object))

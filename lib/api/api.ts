@@ -15,6 +15,7 @@ import type { Overrides } from '../fleet/overrides.js'
 import { blocksForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { PolicyRegistry } from './registry.js'
 import type {
+  AuditEntry,
   PolicySummary,
   RateLimitApi,
   RateLimitIdentity,
@@ -26,7 +27,9 @@ import type {
 import { isCost } from '../policy/rules.js'
 import { MAX_COST } from '../limits.js'
 import { isCount, shown } from '../util/validate.js'
-import type { Adjustment } from '../store/port.js'
+import type { Adjustment, AuditTrail, PictureBoard } from '../store/port.js'
+import { readFleet } from '../picture/fleet.js'
+import { audited, parseJson } from '../fleet/records.js'
 import { item } from '../util/item.js'
 
 /*
@@ -201,14 +204,20 @@ async function acquireSlot (
   return { ...evaluation.decision, release: () => { held?.release() } }
 }
 
+/** A change's `{ actor, reason }`, checked as bans' and overrides' are. */
+function changeInput (change: unknown, method: string): { actor: string, reason: string } {
+  const input = (change !== null && typeof change === 'object' ? change : {}) as { actor?: unknown, reason?: unknown }
+  return { actor: changeText(input.actor, 'actor', method), reason: changeText(input.reason, 'reason', method) }
+}
+
 export function createApi (
   registry: PolicyRegistry,
   runtime: Runtime,
   log: FastifyBaseLogger,
   summaries: () => PolicySummary[],
-  records: { overrides: Overrides, bans: Bans }
+  records: { overrides: Overrides, bans: Bans, audit: AuditTrail, board: PictureBoard }
 ): RateLimitApi {
-  const { overrides, bans } = records
+  const { overrides, bans, audit, board } = records
   return {
     policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
     stats: () => ({ ...runtime.stats, held: runtime.holds.size, waiting: runtime.waiters.size }),
@@ -216,13 +225,36 @@ export function createApi (
       const policy = registry.find(target, 'peek')
       return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
     },
-    async reset (target, identity) {
+    async reset (target, identity, change) {
       const policy = registry.find(target, 'reset')
+      const who = change === undefined ? undefined : changeInput(change, 'reset')
       const keys = await apiKeys(policy, identityInput(identity, 'reset'))
       // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
       const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => policy.blocks[i]?.global !== true)
       for (const key of own) runtime.denyCache?.delete(key)
       await runtime.store.reset(own)
+      if (who !== undefined) {
+        // The identity is named by its kinds and the key's hash-tagged form only: no user id or API key is logged.
+        const shownCaller = shownIdentity(identity)
+        const entry = { at: new Date().toISOString(), change: 'reset' as const, noun: 'usage', id: policy.route, ...who, record: { identity: shownCaller } }
+        log.info({ usage: { route: policy.route, identity: shownCaller }, change: 'reset', actor: who.actor, reason: who.reason }, 'rate limit usage reset')
+        await audited(audit, log, entry)
+      }
+    },
+    async fleet () {
+      return await readFleet(board)
+    },
+    async auditTrail (count) {
+      const wanted = count ?? 50
+      if (typeof wanted !== 'number' || !Number.isInteger(wanted) || wanted < 1 || wanted > 1000) {
+        throw new FST_RRL_INVALID_API_CALL('auditTrail', `count must be an integer from 1 to 1000 (got ${shown(wanted)})`)
+      }
+      const out: AuditEntry[] = []
+      for (const json of await audit.recent(wanted)) {
+        const entry = parseJson(json)
+        if (entry !== undefined) out.push(entry as unknown as AuditEntry)
+      }
+      return out
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')

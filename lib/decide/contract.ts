@@ -12,6 +12,7 @@ import type { MemoryStore } from '../store/memory/store.js'
 import type { CompiledPolicy, RouteBlock } from '../policy/policy.js'
 import type { Store, StoreBlock } from '../store/port.js'
 import type { RateLimitDecision, RateLimitStats } from '../types/index.js'
+import type { PictureCounters } from '../picture/counters.js'
 
 /*
  * What the engine takes (a Runtime, a DecisionInput, a DecisionOrigin) and
@@ -53,6 +54,8 @@ export interface Reporter {
   rejections: OncePerWindow
   /** OpenTelemetry instruments, once loaded at ready(). */
   metrics: Metrics | undefined
+  /** The counts of this instance's published picture (lib/picture/); undefined with `picture: false`. */
+  picture: PictureCounters | undefined
 }
 
 /** What every decision shares, built once per plugin instance: the engine, the reporter and the plugin's `tier`. */

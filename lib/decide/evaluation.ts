@@ -72,11 +72,24 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
   }
 }
 
-/** Metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
+/** The identity part of the refused caller's key (the binding block's: key = head + identity + tail, keys/layout.ts). */
+function callerOf (input: DecisionInput, binding: number): string | undefined {
+  const key = input.blocks[binding]?.key
+  const head = input.policy.keyHeads[binding]
+  const tail = input.policy.keyTails[binding]
+  if (key === undefined || head === undefined || tail === undefined || !key.startsWith(head) || !key.endsWith(tail)) return key
+  return key.slice(head.length, key.length - tail.length)
+}
+
+/** The picture's counters (lib/picture/), the metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
 export function publish (runtime: Reporter, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
+  const { decision } = evaluation
+  const picture = runtime.picture
+  if (picture !== undefined) {
+    picture.count(origin.route, decision.policy, decision.outcome, evaluation.source, input.waitedMs !== undefined, evaluation.rejected ? callerOf(input, evaluation.binding) : undefined)
+  }
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
-  const { decision } = evaluation
   metrics?.decision(origin.route, decision.policy, decision.outcome, durationMs)
   if (evaluation.source === 'deny-cache') metrics?.denyCacheHit(origin.route, decision.policy)
   if (decisionChannel.hasSubscribers) {
@@ -98,6 +111,7 @@ export function publish (runtime: Reporter, input: DecisionInput, origin: Decisi
 
 /** Publishes a decision no store call took: a skip (allowList, skip) or a ban's refusal. */
 function publishWithoutStore (runtime: Reporter, policy: CompiledPolicy, outcome: 'skipped' | 'banned', source: 'allow-list' | 'skip' | 'ban', startedAt: number): void {
+  runtime.picture?.count(policy.route, policy.name, outcome, source, false, undefined)
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
   const durationMs = performance.now() - startedAt

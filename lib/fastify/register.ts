@@ -4,6 +4,9 @@ import { createApi, policyTable } from '../api/api.js'
 import { PolicyRegistry } from '../api/registry.js'
 import { loadMetrics, TELEMETRY_THREW } from '../diagnostics.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
+import { identityHasher } from '../keys/layout.js'
+import { PicturePublisher } from '../picture/publisher.js'
+import { awaitWithin } from '../util/await-within.js'
 import { isPreflightCatchAll, preflightDeclaredBefore } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from '../options/index.js'
 import {
@@ -62,6 +65,8 @@ interface PluginState {
   preflightSeen: boolean
   /** `HEAD <url>/` label to `<url>` for each prefixed index route announced once for two router entries (keyUrl). */
   indexPairs: Map<string, string>
+  /** Publishes this instance's picture (lib/picture/); undefined with `picture: false`. */
+  publisher?: PicturePublisher
 }
 
 /**
@@ -182,6 +187,7 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   await runtime.store.warmUp(fastify.log)
   runtime.overrides.start()
   runtime.bans.start()
+  state.publisher?.start()
 }
 
 /** The decorators and the hooks of one plugin instance. */
@@ -206,10 +212,26 @@ function install (state: PluginState): void {
   // (an app's onClose registered before the plugin, and @fastify/redis's, run after this one).
   fastify.addHook('onClose', async () => {
     await settleAtClose(runtime, fastify.log, true)
+    // The picture leaves the board now, so a deploy's old instances leave the console at once (bounded: a silent Redis lets it lapse).
+    if (state.publisher !== undefined) await awaitWithin(state.publisher.close(), runtime.timeout, 'the picture\'s withdrawal')
     closeRuntime(runtime)
   })
   const api = createApi(listing.registry, runtime, fastify.log, () => copySummaries(listing.summaries), runtime)
   fastify.decorate(options.configKey, api)
+  if (options.picture !== undefined && runtime.picture !== undefined) {
+    state.publisher = new PicturePublisher({
+      board: runtime.board,
+      counters: runtime.picture,
+      store: { kind: options.store, cluster: runtime.store.cluster, health: () => runtime.store.health() },
+      stats: api.stats,
+      policies: api.policies,
+      fleet: () => ({ bans: runtime.bans.current().length, overrides: runtime.overrides.current().length }),
+      hash: identityHasher(options.hashSecret),
+      rawIdentities: options.picture.rawIdentities,
+      intervalMs: options.picture.intervalMs,
+      log: fastify.log
+    })
+  }
 }
 
 export async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
 import { keyMethod } from '../keys/layout.js'
 import type { CompiledPolicy } from '../policy/policy.js'
-import type { RecordHash } from '../store/port.js'
+import type { AuditTrail, RecordHash } from '../store/port.js'
 import type { RateLimitBan, RateLimitBanKind } from '../types/index.js'
 import { FleetRecords, parseJson, type FleetEntry } from './records.js'
 
@@ -59,8 +59,8 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   readonly #routes = new WeakSet<CompiledPolicy>()
 
   /** `context`: the plugin's identity options, so values render (and hash) as in keys. */
-  constructor (records: RecordHash, log: FastifyBaseLogger, context: IdentityContext) {
-    super(records, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) })
+  constructor (records: RecordHash, log: FastifyBaseLogger, context: IdentityContext, audit?: AuditTrail) {
+    super(records, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) }, audit)
     this.#context = context
   }
 

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { blockId } from '../keys/layout.js'
 import type { CompiledBlock, CompiledPolicy } from '../policy/policy.js'
 import { runAtLimit } from '../policy/run.js'
-import type { BlockRun, RecordHash } from '../store/port.js'
+import type { AuditTrail, BlockRun, RecordHash } from '../store/port.js'
 import type { RateLimitOverride } from '../types/index.js'
 import { FleetRecords, parseJson, type FleetEntry } from './records.js'
 import { FLEET_POLL_MS } from '../limits.js'
@@ -43,8 +43,8 @@ function idsOf (policy: CompiledPolicy): string[] {
 }
 
 export class Overrides extends FleetRecords<RateLimitOverride, Entry> {
-  constructor (records: RecordHash, log: FastifyBaseLogger) {
-    super(records, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) })
+  constructor (records: RecordHash, log: FastifyBaseLogger, audit?: AuditTrail) {
+    super(records, log, { noun: 'override', parse, entry: (record, json) => ({ record, json, runs: new WeakMap() }) }, audit)
   }
 
   /**

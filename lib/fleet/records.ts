@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { RecordHash } from '../store/port.js'
+import type { AuditTrail, RecordHash } from '../store/port.js'
+import type { AuditEntry } from '../types/index.js'
 import { FLEET_POLL_MS } from '../limits.js'
 
 /*
@@ -42,6 +43,16 @@ export interface RecordKind<R extends FleetRecord, E extends FleetEntry<R>> {
   entry: (record: R, json: string) => E
 }
 
+/** Writes an entry to the audit trail; a failed write is logged (the change itself stands). */
+export async function audited (audit: AuditTrail | undefined, log: FastifyBaseLogger, entry: AuditEntry): Promise<void> {
+  if (audit === undefined) return
+  try {
+    await audit.add(JSON.stringify(entry))
+  } catch (error) {
+    log.warn({ cause: (error as Error).message, change: entry }, 'rate limit audit trail not written; the change was made and logged')
+  }
+}
+
 /** Parses JSON, or undefined: a record a later version wrote, or garbage, is skipped rather than thrown on. */
 export function parseJson (json: string): Record<string, unknown> | undefined {
   try {
@@ -58,15 +69,17 @@ export class FleetRecords<R extends FleetRecord, E extends FleetEntry<R>> {
   readonly #records: RecordHash
   readonly #log: FastifyBaseLogger
   readonly #kind: RecordKind<R, E>
+  readonly #audit: AuditTrail | undefined
   #timer: NodeJS.Timeout | undefined
   /** Local changes so far: a read that started before one is stale and dropped. */
   #changes = 0
 
   /** `records`: the store's hash of this kind (Store.records). */
-  constructor (records: RecordHash, log: FastifyBaseLogger, kind: RecordKind<R, E>) {
+  constructor (records: RecordHash, log: FastifyBaseLogger, kind: RecordKind<R, E>, audit?: AuditTrail) {
     this.#records = records
     this.#log = log
     this.#kind = kind
+    this.#audit = audit
   }
 
   /** Called after every change of `entries`. */
@@ -132,7 +145,9 @@ export class FleetRecords<R extends FleetRecord, E extends FleetEntry<R>> {
     this.#changes++
     this.#replace(new Map(this.entries).set(record.id, this.#kind.entry(record, json)))
     const noun = this.#kind.noun
-    this.#log.info({ [noun]: record, change: 'set', actor: record.actor, reason: record.reason, at: new Date(record.setAt).toISOString() }, `rate limit ${noun} set`)
+    const at = new Date(record.setAt).toISOString()
+    this.#log.info({ [noun]: record, change: 'set', actor: record.actor, reason: record.reason, at }, `rate limit ${noun} set`)
+    await audited(this.#audit, this.#log, { at, change: 'set', noun, id: record.id, actor: record.actor, reason: record.reason, record })
   }
 
   /** Removes a record by id everywhere; false when there was none. Logs the change. */
@@ -144,7 +159,9 @@ export class FleetRecords<R extends FleetRecord, E extends FleetEntry<R>> {
     this.#replace(next)
     if (removed) {
       const noun = this.#kind.noun
-      this.#log.info({ [noun]: { id }, change: 'clear', actor, reason, at: new Date(this.now()).toISOString() }, `rate limit ${noun} cleared`)
+      const at = new Date(this.now()).toISOString()
+      this.#log.info({ [noun]: { id }, change: 'clear', actor, reason, at }, `rate limit ${noun} cleared`)
+      await audited(this.#audit, this.#log, { at, change: 'clear', noun, id, actor, reason })
     }
     return removed
   }

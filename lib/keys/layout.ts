@@ -168,3 +168,13 @@ export function overridesKey (prefix: string): string {
 export function bansKey (prefix: string): string {
   return `${prefix}:bans`
 }
+
+/** The fleet's pictures (lib/picture/): one hash tag, so one call writes an instance's picture and its lapse time on a Cluster. */
+export function pictureKeys (prefix: string): { pictures: string, lapses: string } {
+  return { pictures: `${prefix}:{picture}:instances`, lapses: `${prefix}:{picture}:lapses` }
+}
+
+/** The audit trail of operator changes (bans, overrides, resets): one stream per prefix. */
+export function auditKey (prefix: string): string {
+  return `${prefix}:audit`
+}

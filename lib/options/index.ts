@@ -6,7 +6,8 @@ import { clientPort, describeClient } from '../store/redis/client/detect.js'
 import { parseWindow } from '../policy/duration.js'
 import {
   DEFAULTS, MAX_BATCH, MAX_FLEET, MAX_GLOBAL_BLOCKS, MAX_IDENTITY_TIMEOUT_MS, MAX_IN_FLIGHT, MAX_IPV6_SUBNET, MAX_KEYS, MAX_LEASE_MS,
-  MAX_PENDING, MAX_PREFIX_LENGTH, MAX_TIMEOUT_MS, MIN_IPV6_SUBNET, MIN_LEASE_MS
+  MAX_PENDING, MAX_PREFIX_LENGTH, MAX_TIMEOUT_MS, MIN_IPV6_SUBNET, MIN_LEASE_MS,
+  MIN_PICTURE_INTERVAL_MS, MAX_PICTURE_INTERVAL_MS, MAX_PICTURE_TOP
 } from '../limits.js'
 import { OPTION_NAMES, unknownNameMessage } from '../policy/field-names.js'
 import type { IdentityFunction } from '../keys/identity.js'
@@ -86,6 +87,14 @@ export interface ResolvedOptions {
   notFound: RateLimitBlock | RateLimitBlock[] | undefined
   /** How long a concurrency slot lasts without a renewal (ms). */
   lease: number
+  /** The fleet's picture; undefined: `picture: false`. */
+  picture: PictureOptions | undefined
+}
+
+export interface PictureOptions {
+  intervalMs: number
+  top: number
+  rawIdentities: boolean
 }
 
 type Input = Record<string, unknown>
@@ -205,6 +214,24 @@ function resolveLease (value: unknown): number {
   return ms
 }
 
+/** `picture`: false, or { interval?, top?, rawIdentities? } (DEFAULTS.picture for each one missing). */
+function resolvePicture (value: unknown): PictureOptions | undefined {
+  if (value === false) return undefined
+  const input = (value ?? {}) as Input
+  if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => !['interval', 'top', 'rawIdentities'].includes(key))) {
+    throw new FST_RRL_INVALID_OPTION('picture', 'must be false or { interval?: duration, top?: number, rawIdentities?: boolean }')
+  }
+  const intervalMs = parseWindow(input.interval ?? DEFAULTS.picture.interval)
+  if (typeof intervalMs === 'string') throw new FST_RRL_INVALID_OPTION('picture.interval', intervalMs)
+  if (intervalMs < MIN_PICTURE_INTERVAL_MS || intervalMs > MAX_PICTURE_INTERVAL_MS) {
+    throw new FST_RRL_INVALID_OPTION('picture.interval', `must be from ${MIN_PICTURE_INTERVAL_MS} ms (1s) to ${MAX_PICTURE_INTERVAL_MS} ms (5m) (got ${intervalMs} ms)`)
+  }
+  const top = integerOption(input, 'top', DEFAULTS.picture.top, [0, MAX_PICTURE_TOP], 'picture.top')
+  const raw = input.rawIdentities ?? DEFAULTS.picture.rawIdentities
+  if (typeof raw !== 'boolean') throw new FST_RRL_INVALID_OPTION('picture.rawIdentities', `must be true or false (got ${typeof raw})`)
+  return { intervalMs, top, rawIdentities: raw }
+}
+
 /** Test-only: the option key of a skewed host clock (what Date.now gives in production). */
 export const HOST_CLOCK = Symbol('fastify-redis-rate-limit.hostClock')
 
@@ -248,6 +275,7 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     circuitBreaker: resolveBreaker(options.circuitBreaker),
     configKey: resolveConfigKey(options.configKey),
     hook: choice('hook', options.hook ?? DEFAULTS.hook, HOOKS),
-    lease: resolveLease(options.lease)
+    lease: resolveLease(options.lease),
+    picture: resolvePicture(options.picture)
   }
 }

@@ -12,7 +12,7 @@ export const OPTION_NAMES: ReadonlySet<string> = new Set([
   'redis', 'store', 'prefix', 'defaultLimit', 'onRedisError', 'timeout', 'headers', 'user', 'apiKey', 'ipv6Subnet', 'clock',
   'hashSecret', 'globalLimits', 'denyCache', 'mode', 'tier', 'policies', 'printPolicies', 'metrics', 'batchWrites', 'maxBatch', 'maxInFlight',
   'maxPending', 'maxDelayed', 'fleetSize', 'maxKeys', 'circuitBreaker', 'configKey', 'hook', 'identityTimeout', 'allowList', 'replyBuilder',
-  'useErrorHandler', 'notFound', 'lease'
+  'useErrorHandler', 'notFound', 'lease', 'picture'
 ])
 
 /** The fields a block may have (docs/options.md documents each; test/docs/readme.test.ts checks). */

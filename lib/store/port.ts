@@ -1,6 +1,7 @@
 import type { BlockParams, RawDecision, RunAlgorithm } from './algorithms.js'
 import type { PeriodBoundaries } from '../kinds/period/calendar.js'
 import type { BlockKind } from '../kinds/contract.js'
+import type { NodeHealth } from '../types/api.js'
 
 /*
  * The store contract: what every store (Redis, memory) takes and answers.
@@ -168,6 +169,33 @@ export interface RecordHash {
   removeLapsed: (id: string, json: string, expiresAt: number) => Promise<boolean>
 }
 
+/** The two keys of the fleet's pictures: a hash of JSON by instance id, and a sorted set of their lapse times. */
+export interface PictureKeys {
+  pictures: string
+  lapses: string
+}
+
+/**
+ * The fleet's pictures (lib/picture/): one JSON per live instance, each
+ * lapsing `ttlMs` after it was written by the store's clock, so a dead
+ * instance drops out by itself; every write also drops the lapsed ones.
+ */
+export interface PictureBoard {
+  /** Writes this instance's picture; resolves to the store's time of the write. */
+  publish: (id: string, json: string, ttlMs: number) => Promise<number>
+  /** Removes this instance's picture (at close). */
+  withdraw: (id: string) => Promise<void>
+  /** Every picture not lapsed, by instance id, and the store's time of the read. */
+  read: () => Promise<{ pictures: Map<string, string>, at: number }>
+}
+
+/** A bounded log of operator changes (an audit trail): the newest `max` entries are kept, about. */
+export interface AuditTrail {
+  add: (json: string) => Promise<void>
+  /** The newest entries first, at most `count`. */
+  recent: (count: number) => Promise<string[]>
+}
+
 /** Where decisions are taken: one atomic step per request. */
 export interface Store {
   /**
@@ -203,6 +231,12 @@ export interface Store {
   warmUp: (log?: StartupLog) => Promise<void>
   /** The records hash under `key` (one key: one slot, so a Cluster holds it on one node); each Redis handle carries its own TIME estimate. */
   records: (key: string) => RecordHash
+  /** The fleet's pictures under `key` (keys/layout.ts pictureKeys: two keys of one hash tag). */
+  board: (keys: PictureKeys) => PictureBoard
+  /** The audit trail under `key` (a stream on Redis), keeping about `max` entries. */
+  audit: (key: string, max: number) => AuditTrail
+  /** Every node's breaker now (empty without a circuit breaker and before the first decision). */
+  health: () => NodeHealth[]
   /** Whether every key of one call must share a hash slot (a Redis Cluster). */
   readonly cluster: boolean
   /**

@@ -249,8 +249,18 @@ export interface RateLimitApi {
    * `target`: a route (`'GET /orders/:id'`, `{ method, url, constraints }`), a block or named policy name.
    */
   peek: (target: RateLimitTarget, identity: RateLimitIdentity, cost?: number) => Promise<RateLimitDecision>
-  /** Deletes the caller's state for every block of `target` (and this instance's deny-cache entries). */
-  reset: (target: RateLimitTarget, identity: RateLimitIdentity) => Promise<void>
+  /**
+   * Deletes the caller's state for every block of `target` (and this instance's deny-cache entries).
+   * With `change` (who and why), the reset is logged and written to the audit trail, as bans and overrides are.
+   */
+  reset: (target: RateLimitTarget, identity: RateLimitIdentity, change?: { actor: string, reason: string }) => Promise<void>
+  /**
+   * The fleet's picture: every live instance's published picture (the `picture`
+   * option), merged (docs/console.md). One store call; rejects when the store fails.
+   */
+  fleet: () => Promise<FleetView>
+  /** The newest operator changes (bans, overrides, audited resets), newest first: at most `count` (default 50, at most 1000). */
+  auditTrail: (count?: number) => Promise<AuditEntry[]>
   /**
    * Charges `cost` (default 1) to the caller, all-or-nothing over every block of
    * `target`, as a request would: for jobs, websockets, queues. Never throws
@@ -296,4 +306,127 @@ export interface RateLimitApi {
   unban: (id: string, change: { actor: string, reason: string }) => Promise<boolean>
   /** Every ban in force, read from the store now. */
   listBans: () => Promise<RateLimitBan[]>
+}
+
+/* The fleet's picture (lib/picture/): what each instance publishes and what fastify.rateLimit.fleet() merges (docs/console.md). */
+
+/** One node's breaker as the store sees it now (store/redis/breakers.ts): the unit that fails alone. */
+export interface NodeHealth {
+  /** The node's name (host:port; `memory` for the memory store). */
+  node: string
+  /** `closed`: decisions ask it; `open`: they answer by onRedisError until `retryInMs` passes; `probing`: one decision is testing it. */
+  breaker: 'closed' | 'open' | 'probing'
+  /** Store failures in a row. */
+  failures: number
+  retryInMs: number
+}
+
+/** One route and policy's decisions in one interval. */
+export interface RouteCounts {
+  route: string
+  /** The binding policy (the block named in the decision). */
+  policy: string
+  /** Admitted by the store: allowed, delayed or shadow-limited (a delayed request is also in `delayed`). */
+  admitted: number
+  /** Refused for a limit (429), from the store or the deny cache. */
+  refused: number
+  /** Answered by onRedisError (Redis failed or the breaker was open). */
+  degraded: number
+  /** Admitted at a later turn, or after a wait for a slot. */
+  delayed: number
+  /** Decisions that waited for a concurrency slot (admitted or refused after the wait). */
+  waited: number
+  /** Refusals the local deny cache answered without a store call (also in `refused`). */
+  denyCache: number
+  /** Refused by an operator ban. */
+  banned: number
+  /** Let through unlimited by allowList or a route's skip. */
+  skipped: number
+}
+
+/** A route and policy's counts: the last interval's, and the last intervals' series (oldest first) for sparklines and rates. */
+export interface PictureRow extends RouteCounts {
+  series: { admitted: number[], refused: number[], degraded: number[] }
+}
+
+/** A caller among a route's most refused: its key hash (and the identity part of its key, when the app opted in). */
+export interface PictureCaller {
+  /** The identity part of its key hashed (keyed by hashSecret when set): what a ban by key hash names. */
+  hash: string
+  /** The identity part of the caller's key (`ip=…`, `u=<hash>`…): only with `picture.rawIdentities`. */
+  identity?: string
+  /** Refusals, decayed by half every interval; overestimated by at most `error`. */
+  count: number
+  error: number
+}
+
+export interface InstancePicture {
+  format: 1
+  /** `<host>-<pid>-<random>`: unique per process start. */
+  id: string
+  /** The plugin's package version. */
+  version: string
+  host: string
+  pid: number
+  /** The instance's own clock (ms since the epoch) at its start and at this publish. */
+  startedAt: number
+  publishedAt: number
+  uptimeMs: number
+  intervalMs: number
+  store: { kind: 'redis' | 'memory', cluster: boolean, nodes: NodeHealth[] }
+  /** The instance's counters since it started (fastify.rateLimit.stats()). */
+  stats: RateLimitStats
+  routes: PictureRow[]
+  top: Array<{ route: string, callers: PictureCaller[] }>
+  /** What it declares (fastify.rateLimit.policies()). */
+  policies: PolicySummary[]
+  /** Bans and overrides in force, as this instance holds them. */
+  bans: number
+  overrides: number
+}
+
+export interface FleetRoute extends RouteCounts {
+  /** Instances that counted this row. */
+  instances: number
+  /** Decisions per second over the last minute (RATE_WINDOW_MS), the fleet's sum. */
+  perSecond: { admitted: number, refused: number, degraded: number }
+  /** The fleet's series, oldest first. */
+  series: { admitted: number[], refused: number[], degraded: number[] }
+}
+
+export interface FleetNode extends NodeHealth {
+  instance: string
+}
+
+/** A route whose declared limits differ between instances: a deploy in progress, or instances configured apart. */
+export interface PolicyDisagreement {
+  route: string
+  /** One entry per distinct declaration: the instances that declare it and its blocks. */
+  variants: Array<{ instances: string[], limits: PolicySummary['limits'] }>
+}
+
+export interface FleetView {
+  /** The store's time of the read. */
+  at: number
+  instances: InstancePicture[]
+  /** Pictures this version cannot read (another format: a deploy in progress). */
+  unreadable: number
+  routes: FleetRoute[]
+  top: Array<{ route: string, callers: PictureCaller[] }>
+  nodes: FleetNode[]
+  disagreements: PolicyDisagreement[]
+}
+
+/** One operator change as the audit trail keeps it (docs/console.md): who, what, when, why. */
+export interface AuditEntry {
+  /** ISO time of the change (the store's clock for records). */
+  at: string
+  change: 'set' | 'clear' | 'reset'
+  /** `ban`, `override`, or `usage` for a reset. */
+  noun: string
+  id: string
+  actor: string
+  reason: string
+  /** The record set, for a `set`. */
+  record?: unknown
 }

@@ -155,6 +155,15 @@ export interface RateLimitPluginOptions {
    */
   lease?: number | string
   /**
+   * The fleet's picture (docs/console.md): once per `interval` (ms or a
+   * duration, 1 s to 5 min; default `'5s'`) this instance writes its health,
+   * breakers, per-route counts and the `top` callers it refused most per
+   * route (0 to 1000; default 20) to Redis, for the CLI and the console page.
+   * Callers are shown as their key's hash unless `rawIdentities` is true. No
+   * store call is added to any request. `false`: nothing is published.
+   */
+  picture?: false | { interval?: number | string, top?: number, rawIdentities?: boolean }
+  /**
    * The route config key this plugin reads (`config[configKey]`), and the name
    * of its instance decorator (`fastify[configKey]`); default `'rateLimit'`.
    * Another name lets it run beside `@fastify/rate-limit`, which reads

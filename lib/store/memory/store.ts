@@ -1,6 +1,8 @@
 import type { MemoryStep, RawDecision } from '../algorithms.js'
 import { MemoryRecords } from './records.js'
-import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type SlotAdjustment, type Store, type StoreBlock, type StoreRequest } from '../port.js'
+import { MemoryAudit, MemoryBoard } from './board.js'
+import type { NodeHealth } from '../../types/api.js'
+import { penaltyKey, type Adjustment, type BlockRun, type DecideMode, type Decided, type Penalty, type RecordHash, type AuditTrail, type PictureBoard, type PictureKeys, type SlotAdjustment, type Store, type StoreBlock, type StoreRequest } from '../port.js'
 import { joinQueue, leaveQueue, queuedSlotStep, slotRelease, slotRenew, type SlotQueue, type SlotState } from '../../kinds/concurrency/memory-step.js'
 import { LruMap } from '../../util/lru-map.js'
 import { DEFAULT_MAX_KEYS } from '../../limits.js'
@@ -40,6 +42,8 @@ export class MemoryStore implements Store {
   readonly #clock: () => number
   readonly #sweeper: NodeJS.Timeout
   readonly #records = new Map<string, MemoryRecords>()
+  readonly #boards = new Map<string, MemoryBoard>()
+  readonly #audits = new Map<string, MemoryAudit>()
   /** Slot queues (a concurrency block's `wait`), by slot key. */
   readonly #queues = new Map<string, SlotQueue>()
   #onWake: ((key: string) => void) | undefined
@@ -269,6 +273,23 @@ export class MemoryStore implements Store {
 
   /** Every call is answered in its own turn: nothing is ever pending. */
   async drain (): Promise<void> {}
+
+  board (keys: PictureKeys): PictureBoard {
+    let board = this.#boards.get(keys.pictures)
+    if (board === undefined) this.#boards.set(keys.pictures, board = new MemoryBoard(this.#clock))
+    return board
+  }
+
+  audit (key: string, max: number): AuditTrail {
+    let audit = this.#audits.get(key)
+    if (audit === undefined) this.#audits.set(key, audit = new MemoryAudit(max))
+    return audit
+  }
+
+  /** No node can fail: nothing to show. */
+  health (): NodeHealth[] {
+    return []
+  }
 
   /** One hash per key, kept apart from the limiter's keys (never swept, never evicted: operators' records). */
   records (key: string): RecordHash {

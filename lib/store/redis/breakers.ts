@@ -84,6 +84,12 @@ export class CircuitBreaker {
     return this.#failures >= this.#options.failures
   }
 
+  /** What an operator sees (the console): closed, open until its cooldown ends, or a probe out. */
+  get state (): 'closed' | 'open' | 'probing' {
+    if (!this.open) return 'closed'
+    return this.#probeAt !== undefined && this.#clock() < this.#probeAt + this.#probeMs ? 'probing' : 'open'
+  }
+
   /** Redis decided: closed. */
   success (): void {
     this.#failures = 0
@@ -116,6 +122,11 @@ export class NodeBreakers {
     this.#options = options
     this.#timeoutMs = timeoutMs
     this.#clock = clock
+  }
+
+  /** Every node's breaker, by node name. */
+  entries (): IterableIterator<[string, CircuitBreaker]> {
+    return this.#byNode.entries()
   }
 
   of (node: string): CircuitBreaker {

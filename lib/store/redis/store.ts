@@ -9,7 +9,9 @@ import { ScriptRoute } from './script-route.js'
 import { awaitWithin } from '../../util/await-within.js'
 import type { ClientPort, MasterPort } from './client/port.js'
 import { RedisRecords } from './records.js'
-import { penaltyKey, type Adjustment, type RecordHash, type StartupLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
+import { RedisAudit, RedisBoard } from './board.js'
+import type { NodeHealth } from '../../types/api.js'
+import { penaltyKey, type Adjustment, type RecordHash, type AuditTrail, type PictureBoard, type PictureKeys, type StartupLog, type DecideMode, type Decided, type SlotAdjustment, type Store, type StoreRequest } from '../port.js'
 
 /*
  * The Redis store: every decision, peek and adjustment goes through the
@@ -217,6 +219,19 @@ export class RedisStore implements Store {
 
   records (key: string): RecordHash {
     return new RedisRecords(this.#client, key, this.#clock)
+  }
+
+  board (keys: PictureKeys): PictureBoard {
+    return new RedisBoard(this.#client, keys, this.#clock)
+  }
+
+  audit (key: string, max: number): AuditTrail {
+    return new RedisAudit(this.#client, key, max)
+  }
+
+  health (): NodeHealth[] {
+    if (this.#breakers === undefined) return []
+    return [...this.#breakers.entries()].map(([node, breaker]) => ({ node, breaker: breaker.state, failures: breaker.failures, retryInMs: breaker.retryInMs }))
   }
 
   /** The plugin's own subscriber on WAKE_CHANNEL; a message is a slot key as the script saw it, with the client's keyPrefix. */

@@ -227,6 +227,7 @@ function install (state: PluginState): void {
       policies: api.policies,
       fleet: () => ({ bans: runtime.bans.current().length, overrides: runtime.overrides.current().length }),
       hash: identityHasher(options.hashSecret),
+      hashSecret: options.hashSecret !== undefined,
       rawIdentities: options.picture.rawIdentities,
       intervalMs: options.picture.intervalMs,
       log: fastify.log

@@ -37,6 +37,8 @@ export interface PictureSources {
   fleet: () => { bans: number, overrides: number }
   /** The identity part of a key hashed as the plugin hashes identities (HMAC with hashSecret). */
   hash: (identity: string) => string
+  /** Whether identities are hashed with a hashSecret. */
+  hashSecret: boolean
   /** Publish identities as they are in keys, beside their hash (`picture.rawIdentities`). */
   rawIdentities: boolean
   intervalMs: number
@@ -84,6 +86,7 @@ export class PicturePublisher {
       routes: rows,
       top,
       policies: sources.policies(),
+      hashSecret: sources.hashSecret,
       ...sources.fleet()
     }
   }

@@ -380,6 +380,8 @@ export interface InstancePicture {
   top: Array<{ route: string, callers: PictureCaller[] }>
   /** What it declares (fastify.rateLimit.policies()). */
   policies: PolicySummary[]
+  /** Whether this instance hashes identities with a `hashSecret` (HMAC-SHA256): the CLI's peek and reset then need the secret. */
+  hashSecret: boolean
   /** Bans and overrides in force, as this instance holds them. */
   bans: number
   overrides: number

@@ -33,6 +33,8 @@
  *   curl -i -X DELETE 'http://127.0.0.1:3000/admin/ban?id=<id>&reason=done' -H 'x-admin: ops-alice'
  *   curl -i http://127.0.0.1:3000/reports -H 'x-internal-token: demo-internal'   allowList: internal callers are never limited
  *   curl -i http://127.0.0.1:3000/no-such-page                   notFound: 20 404s a minute per caller, then 429
+ * The operator's console (fastify-redis-rate-limit/console), from this machine only:
+ *   open http://127.0.0.1:3000/ops/limits/ in a browser               the fleet, top refused callers, bans, overrides, audit trail
  * Refusals use a custom body (replyBuilder): the RFC 9457 fields plus a hint.
  * Every route also counts toward a fleet-wide 600/min per caller in shadow
  * mode (recorded, never enforced), the startup log prints the policy table,
@@ -43,6 +45,7 @@ import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import fastifyJwt from '@fastify/jwt'
 import fastifyRedis from '@fastify/redis'
 import rateLimit, { CHANNELS, type DecisionMessage } from '../lib/index.js'
+import consolePage from '../lib/console/page/index.js'
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
@@ -334,5 +337,15 @@ app.get('/me', {
 app.get('/health', { config: { rateLimit: false } }, async () => ({ status: 'ok' }))
 
 app.get('/', { config: { rateLimit: false } }, async () => ({ policies: app.rateLimit.policies(), stats: app.rateLimit.stats(), outcomes }))
+
+// The operator's console (docs/console.md): a page that shows the fleet's picture and bans, overrides and
+// resets through fastify.rateLimit. Here only callers on this machine may use it; a real service asks its
+// own operator authentication (a session, an SSO header set by its proxy) in authorize and names the operator in actor.
+const LOOPBACK = new Set(['127.0.0.1', '::1', '::ffff:127.0.0.1'])
+await app.register(consolePage, {
+  prefix: '/ops/limits',
+  authorize: (req) => LOOPBACK.has(req.socket.remoteAddress ?? ''),
+  actor: (req) => `demo-operator@${req.ip}`
+})
 
 await app.listen({ host: '127.0.0.1', port })

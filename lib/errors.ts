@@ -169,6 +169,41 @@ export const FST_RRL_INVALID_API_CALL = createError(
   500, TypeError
 )
 
+/** The console page (`fastify-redis-rate-limit/console`), at register: neither `authorize` nor `public: true`. */
+export const FST_RRL_CONSOLE_NO_AUTHORIZE = createError(
+  'FST_RRL_CONSOLE_NO_AUTHORIZE',
+  'fastify-redis-rate-limit/console can ban and reset callers: pass `authorize(request)` (true lets the request in), or `public: true` to serve it to anyone who reaches it (see docs/console.md)',
+  500, TypeError
+)
+
+/** The console page, at register: no `fastify.<configKey>` decorator (%s), so the rate limit plugin is not registered before it. */
+export const FST_RRL_CONSOLE_NO_RATE_LIMIT = createError(
+  'FST_RRL_CONSOLE_NO_RATE_LIMIT',
+  'fastify-redis-rate-limit/console reads fastify.%s, which is not there: register fastify-redis-rate-limit (awaited) before the console, with the same configKey',
+  500, TypeError
+)
+
+/** The console page, logged at every start with `public: true`: anyone who reaches it can ban and reset callers. */
+export const FST_RRL_CONSOLE_PUBLIC = createError(
+  'FST_RRL_CONSOLE_PUBLIC',
+  'fastify-redis-rate-limit/console at %s is public (public: true): anyone who reaches it can ban, override and reset callers; pass `authorize(request)` instead',
+  500
+)
+
+/** A console request that `authorize` refused (false, not true, or it threw): 403, nothing changes. */
+export const FST_RRL_CONSOLE_FORBIDDEN = createError(
+  'FST_RRL_CONSOLE_FORBIDDEN',
+  'Not authorized for the rate limit console',
+  403
+)
+
+/** A console change (POST) without the page's same-site token, or from another site: 403, nothing changes. */
+export const FST_RRL_CONSOLE_BAD_TOKEN = createError(
+  'FST_RRL_CONSOLE_BAD_TOKEN',
+  'A console change needs the page\'s token (the x-console-token header matching its SameSite=Strict cookie), sent from the console\'s own origin: %s',
+  403
+)
+
 /** A skip predicate (`allowList` function or a block's `skip`) failed: logged once per burst, the request is limited as usual. */
 export const FST_RRL_SKIP_FAILED = createError(
   'FST_RRL_SKIP_FAILED',

@@ -181,3 +181,29 @@ export const MAX_PICTURE_TOP = 1000
 export const PICTURE_SERIES = 12
 /** Operator changes the audit trail keeps, about (a Redis stream trimmed with MAXLEN ~). */
 export const AUDIT_ENTRIES = 10_000
+
+/* ── The console page (fastify-redis-rate-limit/console) ───────────── */
+
+/**
+ * The console page plugin's option defaults, as a user writes them (docs/console.md's
+ * options table, held to this by test/docs/defaults.test.ts).
+ */
+export const CONSOLE_DEFAULTS = {
+  public: false, // the page refuses to start without `authorize`; `public: true` must be written, and warns at every start
+  refresh: '1s', // the page reads the fleet once a second: a refusal shows within a picture interval and a refresh
+  audit: 50, // audit entries the page shows, newest first
+  rateLimit: { limit: 300, window: '1m' }, // per caller on each console route: five open tabs polling once a second
+  configKey: 'rateLimit' // the rate limit plugin's configKey (its decorator and route config key)
+} as const
+/** The console's `refresh` at least (ms): each refresh of each open page is one fleet read (a store call). */
+export const MIN_CONSOLE_REFRESH_MS = 250
+/** The console's `refresh` at most (ms): a page slower than a minute no longer shows an incident as it happens. */
+export const MAX_CONSOLE_REFRESH_MS = 60_000
+/** A ban's or override's ttl set on the console page, at most (ms): 366 days; a change that must outlive it says 'permanent'. */
+export const MAX_CONSOLE_TTL_MS = 366 * DAY_MS
+/** A console form's string values (an identity, a target), at most this many characters; its body at most MAX_CONSOLE_BODY_BYTES. */
+export const MAX_CONSOLE_VALUE_LENGTH = 16_384
+/** A console request body at most (bytes): room for the longest values the forms take, JSON-escaped. */
+export const MAX_CONSOLE_BODY_BYTES = 131_072
+/** `audit` at most: entries one page read asks the audit trail for (auditTrail's own bound). */
+export const MAX_AUDIT_READ = 1000

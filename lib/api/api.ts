@@ -25,7 +25,7 @@ import type {
   RateLimitTarget
 } from '../types/index.js'
 import { isCost } from '../policy/rules.js'
-import { MAX_COST } from '../limits.js'
+import { MAX_AUDIT_READ, MAX_COST } from '../limits.js'
 import { isCount, shown } from '../util/validate.js'
 import type { Adjustment, AuditTrail, PictureBoard } from '../store/port.js'
 import { readFleet } from '../picture/fleet.js'
@@ -246,8 +246,8 @@ export function createApi (
     },
     async auditTrail (count) {
       const wanted = count ?? 50
-      if (typeof wanted !== 'number' || !Number.isInteger(wanted) || wanted < 1 || wanted > 1000) {
-        throw new FST_RRL_INVALID_API_CALL('auditTrail', `count must be an integer from 1 to 1000 (got ${shown(wanted)})`)
+      if (typeof wanted !== 'number' || !Number.isInteger(wanted) || wanted < 1 || wanted > MAX_AUDIT_READ) {
+        throw new FST_RRL_INVALID_API_CALL('auditTrail', `count must be an integer from 1 to ${MAX_AUDIT_READ} (got ${shown(wanted)})`)
       }
       const out: AuditEntry[] = []
       for (const json of await audit.recent(wanted)) {

@@ -119,3 +119,23 @@ test('every range the pages state is the one in lib/limits.ts', async (t) => {
   ]
   for (const [what, text, expected] of stated) t.ok(text.includes(expected), `${what}: ${expected}`)
 })
+
+test('docs/console.md shows the console page\'s defaults and ranges as lib/limits.ts holds them', async (t) => {
+  const { CONSOLE_DEFAULTS, MIN_CONSOLE_REFRESH_MS, MAX_CONSOLE_REFRESH_MS, MAX_AUDIT_READ, MAX_CONSOLE_TTL_MS, MAX_CHANGE_TEXT_LENGTH } = limits
+  const consolePage = read('console.md').split('## The console page')[1] ?? ''
+  const rows = new Map([...consolePage.matchAll(/^\| `(\w+)` \| (.+?) \| (.+) \|$/gm)].map((row) => [row[1] as string, [row[2] as string, row[3] as string]]))
+  t.ok(rows.size >= 6, `${rows.size} console options read`)
+  for (const [name, value] of Object.entries(CONSOLE_DEFAULTS)) t.equal(rows.get(name)?.[0], `\`${written(value)}\``, `${name}: ${written(value)}`)
+  for (const [name, [cell]] of rows) if (!(name in CONSOLE_DEFAULTS)) t.equal(cell, 'none', `${name} is documented without a default`)
+  const { resolveConsole } = await import('../../lib/console/page/options.js')
+  const given = resolveConsole({ ...CONSOLE_DEFAULTS, authorize: () => true } as never)
+  const unset = resolveConsole({ authorize: () => true })
+  t.same({ ...given, authorize: undefined, actor: undefined }, { ...unset, authorize: undefined, actor: undefined }, 'passing each documented default resolves to what passing nothing does')
+  const stated: Array<[string, string]> = [
+    [rows.get('refresh')?.[1] ?? '', `${MIN_CONSOLE_REFRESH_MS} ms to ${spoken(MAX_CONSOLE_REFRESH_MS)}`],
+    [rows.get('audit')?.[1] ?? '', `(1–${MAX_AUDIT_READ})`],
+    [rows.get('actor')?.[1] ?? '', `At most ${MAX_CHANGE_TEXT_LENGTH} characters`],
+    [consolePage, `A ttl set on the page is 1 s to ${spoken(MAX_CONSOLE_TTL_MS)}`]
+  ]
+  for (const [text, expected] of stated) t.ok(text.replace(/\s+/g, ' ').includes(expected), expected)
+})

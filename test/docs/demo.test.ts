@@ -47,6 +47,13 @@ for (const withRedis of [false, true]) {
     t.equal(health.status, 200)
     t.equal(health.headers.ratelimit, undefined, 'health is opted out')
 
+    // The operator's console, as the README says to open it (loopback only).
+    const page = await call(demo.base, '/ops/limits/')
+    t.equal(page.status, 200, 'the console page answers on loopback')
+    t.match(page.text, '<title>Rate limits')
+    const consoleState = await call(demo.base, '/ops/limits/api/state')
+    t.match(JSON.parse(consoleState.text), { fleet: { instances: [{ store: { kind: withRedis ? 'redis' : 'memory' } }] }, problems: [] }, 'it reads the fleet\'s picture')
+
     const order = await call(demo.base, '/orders/42', { headers: { 'x-user-id': `alice-${Date.now()}` } })
     t.equal(order.status, 200)
     t.equal(order.headers['ratelimit-policy'], '"orders";q=100;w=60')

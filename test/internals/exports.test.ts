@@ -9,7 +9,7 @@
  * less CPU); the type errors of lib/ are `npm run typecheck`'s to find.
  */
 import { test } from 'tap'
-import { symlinkSync, writeFileSync } from 'node:fs'
+import { readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import ts from 'typescript'
@@ -30,6 +30,11 @@ const ERROR_EXPORTS = [
   'FST_RRL_AMBIGUOUS_TARGET',
   'FST_RRL_BAD_SCRIPT_REPLY',
   'FST_RRL_BANNED',
+  'FST_RRL_CONSOLE_BAD_TOKEN',
+  'FST_RRL_CONSOLE_FORBIDDEN',
+  'FST_RRL_CONSOLE_NO_AUTHORIZE',
+  'FST_RRL_CONSOLE_NO_RATE_LIMIT',
+  'FST_RRL_CONSOLE_PUBLIC',
   'FST_RRL_EVICTION_POLICY',
   'FST_RRL_FORWARDED_UNTRUSTED',
   'FST_RRL_IDENTITY_FAILED',
@@ -61,14 +66,23 @@ const ERROR_EXPORTS = [
 const TYPE_EXPORTS = [
   'AlgorithmName',
   'AnyRateLimitBlock',
+  'AuditEntry',
   'CheckedRouteRateLimit',
   'DecisionMessage',
   'FailurePolicy',
+  'FleetNode',
+  'FleetRoute',
+  'FleetView',
   'HeaderFormat',
   'HeaderMode',
   'IdentityFunction',
   'IdentityPartSpec',
+  'InstancePicture',
+  'NodeHealth',
+  'PictureCaller',
+  'PictureRow',
   'PolicyBlockSummary',
+  'PolicyDisagreement',
   'PolicySummary',
   'RateLimitApi',
   'RateLimitBan',
@@ -100,11 +114,16 @@ const TYPE_EXPORTS = [
   'RateLimitWindowBlock',
   'RedisClientLike',
   'ReplyBuilder',
+  'RouteCounts',
   'RouteRateLimit',
   'SkipPredicate',
   'StoreErrorMessage',
   'TieredCount'
 ]
+
+/** `fastify-redis-rate-limit/console` (package.json `exports['./console']`): the page plugin, its options type. */
+const CONSOLE_RUNTIME_EXPORTS = ['default', 'fastifyRedisRateLimitConsole']
+const CONSOLE_TYPE_EXPORTS = ['ConsolePageOptions']
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
 
@@ -162,4 +181,17 @@ test('the built package exports exactly the pinned runtime names and type names'
   t.same(declared.values, RUNTIME_EXPORTS, 'dist/index.d.ts declares exactly the values dist/index.js exports')
   t.same(declared.types, TYPE_EXPORTS, 'type-only exports of dist/index.d.ts')
   t.comment(`built and inspected in ${Math.round(performance.now() - started)} ms`)
+})
+
+test('the console entry: package.json exports it, and its build exports the pinned names', async (t) => {
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { exports: Record<string, unknown>, files: string[] }
+  t.same(pkg.exports['./console'], { types: './dist/console/page/index.d.ts', default: './dist/console/page/index.js' }, 'package.json exports ./console (types, then default)')
+  const { dir, program } = build()
+  const entry = join(dir, 'dist', 'console', 'page', 'index.js')
+  const loaded = await import(pathToFileURL(entry).href) as Record<string, unknown>
+  t.same(Object.keys(loaded).sort(), CONSOLE_RUNTIME_EXPORTS, 'runtime exports of dist/console/page/index.js')
+  t.equal(loaded.default, loaded.fastifyRedisRateLimitConsole, 'the default export is the plugin')
+  const declared = declaredExports(join(dir, 'dist', 'console', 'page', 'index.d.ts'), program)
+  t.same(declared.values, CONSOLE_RUNTIME_EXPORTS, 'its .d.ts declares the same values')
+  t.same(declared.types, CONSOLE_TYPE_EXPORTS, 'and the options type')
 })

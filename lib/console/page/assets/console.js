@@ -27,9 +27,9 @@ function el (tag, className, ...children) {
   return node
 }
 
-/** A value from the fleet: isolated, wrapped, scrolled when long. */
-function value (text) {
-  const node = el('span', 'value')
+/** A value from the fleet: isolated, wrapped, scrolled when long (`prose`: free text, in the page's font). */
+function value (text, prose) {
+  const node = el('span', prose ? 'value prose' : 'value')
   node.textContent = visible(text)
   return node
 }
@@ -139,7 +139,9 @@ function renderFleet (fleet) {
   fill(nodes, fleet.nodes.map((n) => el('tr', '',
     cell(value(n.instance)), cell(value(n.node)), cell(el('span', `breaker-${n.breaker === 'open' || n.breaker === 'probing' ? n.breaker : 'closed'}`, visible(n.breaker))),
     cell(n.failures, 'number'), cell(n.breaker === 'closed' ? '' : duration(n.retryInMs)))), 5, 'no node')
-  fill(document.querySelector('#route-table tbody'), fleet.routes.map((r) => el('tr', '',
+  // The busiest first: refusals, then admissions.
+  const routes = [...fleet.routes].sort((a, b) => (b.perSecond.refused - a.perSecond.refused) || (b.perSecond.admitted - a.perSecond.admitted))
+  fill(document.querySelector('#route-table tbody'), routes.map((r) => el('tr', '',
     cell(value(r.route)), cell(value(r.policy)), cell(r.instances, 'number'),
     cell(rate(r.perSecond.admitted), 'number'), cell(rate(r.perSecond.refused), 'number'), cell(rate(r.perSecond.degraded), 'number'),
     cell(`${r.admitted} · ${r.refused} · ${r.degraded}`, 'number'), cell(sparkline(r.series)))), 8, 'no decisions yet')
@@ -163,8 +165,8 @@ function renderFleet (fleet) {
 function renderBans (bans, now) {
   if (bans === null) return
   fill(document.querySelector('#ban-table tbody'), bans.map((b) => el('tr', '',
-    cell(value(b.route)), cell(value(`${b.kind} · ${callerText(b.identity)}`)), cell(b.statusCode, 'number'),
-    cell(b.expiresAt === null ? 'permanent' : `in ${duration(b.expiresAt - now)}`), cell(value(b.actor)), cell(value(b.reason)),
+    cell(value(b.route)), cell(value(callerText(b.identity))), cell(b.statusCode, 'number'),
+    cell(b.expiresAt === null ? 'permanent' : `in ${duration(b.expiresAt - now)}`), cell(value(b.actor, true)), cell(value(b.reason, true)),
     cell(button('Lift', '', () => lift('bans/lift', 'lift-reason', b.id))))), 7, 'no ban in force')
 }
 
@@ -172,14 +174,14 @@ function renderOverrides (overrides, now) {
   if (overrides === null) return
   fill(document.querySelector('#override-table tbody'), overrides.map((o) => el('tr', '',
     cell(value(o.block)), cell(value(o.route)), cell(value(callerText(o.identity))), cell(o.limit, 'number'),
-    cell(o.expiresAt === null ? 'permanent' : `in ${duration(o.expiresAt - now)}`), cell(value(o.actor)), cell(value(o.reason)),
+    cell(o.expiresAt === null ? 'permanent' : `in ${duration(o.expiresAt - now)}`), cell(value(o.actor, true)), cell(value(o.reason, true)),
     cell(button('Clear', '', () => lift('overrides/clear', 'clear-reason', o.id))))), 8, 'no override in force')
 }
 
 function renderAudit (audit) {
   if (audit === null) return
   fill(document.querySelector('#audit-table tbody'), audit.map((a) => el('tr', '',
-    cell(value(a.at)), cell(value(`${a.change} ${a.noun}`)), cell(value(a.id)), cell(value(a.actor)), cell(value(a.reason)))), 5, 'no change yet')
+    cell(value(a.at)), cell(value(`${a.change} ${a.noun}`)), cell(value(a.id)), cell(value(a.actor, true)), cell(value(a.reason, true)))), 5, 'no change yet')
 }
 
 async function refresh () {

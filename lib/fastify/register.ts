@@ -232,6 +232,8 @@ function install (state: PluginState): void {
       intervalMs: options.picture.intervalMs,
       log: fastify.log
     })
+    const publisher = state.publisher
+    options.picture.onPublisher?.(async () => { await publisher.publish() }, publisher.id)
   }
 }
 

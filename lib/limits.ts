@@ -42,7 +42,7 @@ export const DEFAULTS = {
   denyCache: { max: 10_000 }, // refused keys one instance remembers, least recently used evicted first
   mode: 'enforce', // refuse over the limit; 'shadow' only records
   printPolicies: false, // no startup table unless asked
-  metrics: true, // recorded only where @opentelemetry/api and a MeterProvider are present
+  metrics: true, // metrics and traces, recorded only where @opentelemetry/api and an SDK provider are present
   batchWrites: true, // one script call per event-loop turn: about half the Redis CPU per decision
   maxBatch: 128, // decisions per script call: one call stays short, a turn's burst still needs few calls
   maxInFlight: 1, // one call in flight per lane: later decisions join the next call (group commit)

@@ -175,7 +175,7 @@ function pluginOptions (settings: ReplicaSettings, plan: Plan | undefined): Rate
 function startupError (error: unknown): CliError {
   const { code, message } = error as { code?: string, message?: string }
   const line = (message ?? String(error)).split('\n')[0] as string
-  if (code === 'FST_RRL_INVALID_OPTION') return new CliError(line.replace(/^[^:]*:\s*/, ''), EXIT.usage)
+  if (code === 'FST_RRL_INVALID_OPTION') return new CliError(line, EXIT.usage)
   if (code === 'FST_RRL_INVALID_BLOCK') return new CliError(`the published limits cannot be rebuilt: ${line}`, EXIT.failure)
   return new CliError(`Redis: ${line}`, EXIT.failure)
 }

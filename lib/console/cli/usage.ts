@@ -177,7 +177,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     name: 'reset',
     args: 'ROUTE',
     summary: 'delete a caller\'s usage of a route\'s blocks (audited)',
-    about: ['Deletes the caller\'s state for every block of the route (its global blocks stay: name a global block to reset it). Bans stay. Written to the audit trail. Needs the app\'s hashSecret when its picture says it has one.'],
+    about: ['Deletes the caller\'s state for every block of the route (its global blocks stay: name a global block to reset it). Bans stay. An instance that refused the caller just before may answer from its local deny cache until that refusal\'s hold ends. Written to the audit trail. Needs the app\'s hashSecret when its picture says it has one.'],
     options: [],
     identity: 'required',
     change: true,

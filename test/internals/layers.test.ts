@@ -92,6 +92,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   types: [],
   runtime: ['util', 'errors', 'limits', 'kinds', 'store', 'keys', 'fleet', 'decide', 'reply', 'picture'],
   fastify: ['util', 'errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime', 'picture'],
+  console: ['limits', 'kinds', 'keys', 'policy', 'fastify'],
   index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
@@ -110,7 +111,8 @@ const TYPES_ALSO: Record<string, readonly string[]> = {
   types: ['store'],
   runtime: ['policy', 'request', 'options'],
   kinds: ['store', 'types'],
-  fastify: ['types']
+  fastify: ['types'],
+  console: ['types']
 }
 
 test('every lib module sits in a known tier and imports only what its tier may', async (t) => {

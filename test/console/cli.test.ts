@@ -1,4 +1,5 @@
 import t, { test } from 'tap'
+import { createHmac } from 'node:crypto'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { Redis } from 'ioredis'
 import rateLimit, { type FleetView, type RateLimitBan, type RateLimitDecision, type RateLimitOverride } from '../../lib/index.js'
@@ -77,6 +78,22 @@ test('top: the refused caller by key hash; a route filter; an unknown route is e
   const unknown = await here(['top', 'GET /nope'])
   t.equal(unknown.code, 2)
   t.ok(oneLineError(unknown), unknown.err)
+})
+
+test('bans add --key-hash: the caller top shows, banned by its hash, is refused by another instance; no other caller is', async (t) => {
+  for (let i = 0; i < 3; i++) await from(one, '10.0.0.3')
+  const hash = createHmac('sha256', SECRET).update('ip=10.0.0.3').digest('base64url').slice(0, 22)
+  await waitFor('the caller in top', async () => (await here(['top', 'GET /a', '--json'])).out.includes(hash), 4000)
+  const add = await here(['bans', 'add', '--key-hash', hash, '--route', 'GET /a', '--ttl', '5m', '--actor', 'ops', '--reason', 'top caller', '--json'])
+  t.equal(add.code, 0, add.err)
+  const ban = JSON.parse(add.out) as RateLimitBan
+  t.match(ban, { kind: 'keyHash', route: 'GET /a', identity: { keyHash: hash } })
+  await waitFor('instance 2 refuses the caller by its key hash', async () => await from(two, '10.0.0.3') === 403, 3000)
+  t.equal(await from(two, '10.0.0.4'), 200, 'another caller is not banned')
+  t.equal((await here(['bans', 'remove', ban.id, '--actor', 'ops', '--reason', 'done'])).code, 0)
+  const bad = await here(['bans', 'add', '--key-hash', 'nope', '--ttl', '5m', '--actor', 'ops', '--reason', 'r'])
+  t.equal(bad.code, 2, 'a malformed key hash: exit 2')
+  t.ok(oneLineError(bad), bad.err)
 })
 
 test('policies: the newest instance\'s limits, the custom route, and the disagreement between instances', async (t) => {

@@ -1,5 +1,5 @@
 import { CLI_DEFAULTS } from '../../limits.js'
-import type { RateLimitBan, RateLimitIdentity, RateLimitOverride } from '../../types/index.js'
+import type { RateLimitBan, RateLimitBanInput, RateLimitIdentity, RateLimitOverride } from '../../types/index.js'
 import { identityOf, integer, namesCaller, required, text, ttl } from './args.js'
 import { CliError, EXIT, usage, type ExitCode } from './exit.js'
 import { escapeText, expiry, identityText, table } from './render.js'
@@ -67,12 +67,13 @@ export async function bans (session: Session, operands: string[]): Promise<ExitC
 }
 
 /** The one identity a ban names. */
-function banIdentity (session: Session): { ip: string } | { user: string } | { apiKey: string } {
-  const identity = identityOf(session.values)
-  const given = (['ip', 'user', 'apiKey'] as const).filter((field) => identity[field] !== undefined)
-  if (given.length !== 1) throw usage('bans add needs exactly one of --ip, --user, --api-key')
-  const field = given[0] as 'ip' | 'user' | 'apiKey'
-  return { [field]: identity[field] as string } as { ip: string } | { user: string } | { apiKey: string }
+function banIdentity (session: Session): RateLimitBanInput['identity'] {
+  const { ip, user, apiKey } = identityOf(session.values)
+  const identity = { ip, user, apiKey, keyHash: text(session.values, 'key-hash') }
+  const given = (['ip', 'user', 'apiKey', 'keyHash'] as const).filter((field) => identity[field] !== undefined)
+  if (given.length !== 1) throw usage('bans add needs exactly one of --ip, --user, --api-key, --key-hash')
+  const field = given[0] as 'ip' | 'user' | 'apiKey' | 'keyHash'
+  return { [field]: identity[field] as string } as RateLimitBanInput['identity']
 }
 
 export async function banAdd (session: Session, operands: string[]): Promise<ExitCode> {

@@ -62,7 +62,11 @@ export const IDENTITY_OPTIONS: readonly OptionSpec[] = [
   { name: 'ipv6-subnet', value: 'BITS', help: 'the app\'s ipv6Subnet, when it is not the default 64' }
 ]
 
-export const BAN_IDENTITY_OPTIONS: readonly OptionSpec[] = IDENTITY_OPTIONS.filter((option) => ['ip', 'user', 'api-key', 'hash-secret', 'ipv6-subnet'].includes(option.name))
+export const BAN_IDENTITY_OPTIONS: readonly OptionSpec[] = [
+  ...IDENTITY_OPTIONS.filter((option) => ['ip', 'user', 'api-key'].includes(option.name)),
+  { name: 'key-hash', value: 'HASH', help: 'a caller as `top` shows it: the hash of its key\'s identity part (bans exactly the requests whose key on the route has it)' },
+  ...IDENTITY_OPTIONS.filter((option) => ['hash-secret', 'ipv6-subnet'].includes(option.name))
+]
 
 export const CHANGE_OPTIONS: readonly OptionSpec[] = [
   { name: 'actor', value: 'WHO', help: 'who makes the change (logged and kept in the audit trail)' },
@@ -118,7 +122,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   {
     name: 'bans add',
     summary: 'ban a caller fleet-wide, on every route or one',
-    about: ['Exactly one of --ip, --user, --api-key names the caller. Every instance applies the ban within its next poll (1 s).'],
+    about: ['Exactly one of --ip, --user, --api-key, --key-hash names the caller. Every instance applies the ban within its next poll (1 s).'],
     options: [
       TTL,
       { name: 'route', value: 'ROUTE', help: 'only this route (e.g. "GET /orders/:id"); default every limited route' },
@@ -239,7 +243,7 @@ export function commandHelp (spec: CommandSpec): string {
   if (spec.options.length > 0) lines.push('Options:', ...optionLines(spec.options), '')
   if (spec.identity !== undefined) {
     const which = spec.identity === 'ban' ? BAN_IDENTITY_OPTIONS : IDENTITY_OPTIONS
-    lines.push(spec.identity === 'ban' ? 'The caller (exactly one of --ip, --user, --api-key):' : `The caller (${spec.identity === 'required' ? 'required' : 'optional'}; the values the route's \`by\` parts read):`, ...optionLines(which), '')
+    lines.push(spec.identity === 'ban' ? 'The caller (exactly one of --ip, --user, --api-key, --key-hash):' : `The caller (${spec.identity === 'required' ? 'required' : 'optional'}; the values the route's \`by\` parts read):`, ...optionLines(which), '')
   }
   if (spec.change === true) lines.push('The change (both required):', ...optionLines(CHANGE_OPTIONS), '')
   lines.push('Output and connection:', ...optionLines([...(spec.json === true ? [JSON_OPTION] : []), ...CONNECTION_OPTIONS]))

@@ -177,3 +177,39 @@ export async function loadMetrics (onThrow: (error: unknown) => void): Promise<M
     }
   }
 }
+
+/** The attributes of a decision's trace event (docs/api.md, "Traces"): never an identity value. */
+export type DecisionAttributes = Record<string, string | number | string[]>
+
+/** Adds a decision's event to the request's active span, once an SDK's tracer provider is registered. */
+export interface Tracing {
+  decision: (attributes: DecisionAttributes) => void
+}
+
+/** The event's name on the request's span. */
+export const DECISION_EVENT = 'rate_limit.decision'
+
+/**
+ * An event on the active span (the HTTP instrumentation's server span of the
+ * request, or any span the app made current), or undefined when
+ * @opentelemetry/api cannot be imported or no TracerProvider is registered
+ * (the API's proxy then delegates to a no-op). Called at ready(), as
+ * loadMetrics; isolated in the same way.
+ */
+export async function loadTracing (onThrow: (error: unknown) => void): Promise<Tracing | undefined> {
+  try {
+    const api = await import('@opentelemetry/api')
+    const provider = api.trace.getTracerProvider() as { getDelegate?: () => unknown }
+    const delegate = typeof provider.getDelegate === 'function' ? provider.getDelegate() : provider
+    // A fresh proxy delegates to the API's no-op provider: the same class means no SDK registered one.
+    if (delegate === undefined || delegate === null || (delegate as object).constructor === new api.ProxyTracerProvider().getDelegate().constructor) return undefined
+    return {
+      decision: isolated((attributes: DecisionAttributes) => {
+        const span = api.trace.getActiveSpan()
+        if (span?.isRecording() === true) span.addEvent(DECISION_EVENT, attributes)
+      }, onThrow)
+    }
+  } catch {
+    return undefined
+  }
+}

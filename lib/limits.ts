@@ -42,7 +42,7 @@ export const DEFAULTS = {
   denyCache: { max: 10_000 }, // refused keys one instance remembers, least recently used evicted first
   mode: 'enforce', // refuse over the limit; 'shadow' only records
   printPolicies: false, // no startup table unless asked
-  metrics: true, // recorded only where @opentelemetry/api and a MeterProvider are present
+  metrics: true, // metrics and traces, recorded only where @opentelemetry/api and an SDK provider are present
   batchWrites: true, // one script call per event-loop turn: about half the Redis CPU per decision
   maxBatch: 128, // decisions per script call: one call stays short, a turn's burst still needs few calls
   maxInFlight: 1, // one call in flight per lane: later decisions join the next call (group commit)
@@ -181,6 +181,23 @@ export const MAX_PICTURE_TOP = 1000
 export const PICTURE_SERIES = 12
 /** Operator changes the audit trail keeps, about (a Redis stream trimmed with MAXLEN ~). */
 export const AUDIT_ENTRIES = 10_000
+
+/* ── The command-line tool (lib/console/cli/, docs/cli.md) ──────────── */
+
+/** The CLI's defaults, as a user writes them on its command line. */
+export const CLI_DEFAULTS = {
+  prefix: DEFAULTS.prefix, // the plugin's: the CLI reads the keys the app writes
+  timeout: '5s', // a store call of the CLI waits this long (a terminal on a far network, not a request path)
+  interval: '2s', // `watch` redraws this often: pictures change once per instance interval (1 s at least)
+  top: 10, // callers `top` shows per route
+  audit: 20 // audit trail entries `audit` shows
+} as const
+/** `watch --interval` at least (ms): the pictures it reads change once per second at most. */
+export const MIN_WATCH_INTERVAL_MS = 1000
+/** A value the CLI shows in a table (an identity, a ban's reason), at most this many characters, then an ellipsis: one 8 KB identity must not fill a terminal. */
+export const MAX_SHOWN_CHARS = 8192
+/** `--ttl` of a ban or an override from the CLI, at most (ms): a year; longer is `permanent`, said so. */
+export const MAX_CLI_TTL_MS = 366 * DAY_MS
 
 /* ── The console page (fastify-redis-rate-limit/console) ───────────── */
 

@@ -120,6 +120,7 @@ export function createRuntime (fastify: FastifyInstance, options: ResolvedOption
     clock: elapsed,
     tier: options.tier,
     metrics: undefined,
+    tracing: undefined,
     localStore: () => (local ??= new MemoryStore(clock, options.maxKeys)),
     slots: new SlotKeeper(options.lease, (log, error, message) => { runtime.failures.report(log, { err: error }, message) }),
     closeLocal: () => { local?.close() },

@@ -283,7 +283,7 @@ test('bad calls are refused with FST_RRL_INVALID_API_CALL', async (t) => {
   t.teardown(async () => { await app.close() })
   const base = { identity: { ip: '192.0.2.1' }, ttl: 1000, actor: 'a', reason: 'r' }
   const api = app.rateLimit
-  await t.rejects(api.ban({ ...base, identity: { ip: '192.0.2.1', user: 'x' } as never }), { code: 'FST_RRL_INVALID_API_CALL', message: /exactly one of ip, user or apiKey/ })
+  await t.rejects(api.ban({ ...base, identity: { ip: '192.0.2.1', user: 'x' } as never }), { code: 'FST_RRL_INVALID_API_CALL', message: /exactly one of ip, user, apiKey or keyHash/ })
   await t.rejects(api.ban({ ...base, identity: { tier: 'x' } as never }), /exactly one of/)
   await t.rejects(api.ban({ ...base, identity: { ip: '' } }), /identity.ip must be a non-empty string/)
   await t.rejects(api.ban({ ...base, identity: { ip: 'not-an-ip' } }), /identity.ip is not an IP address/)

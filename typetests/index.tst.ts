@@ -31,6 +31,9 @@ import rateLimit, {
   type RateLimitBan,
   type RateLimitBanInput,
   type RateLimitBanKind,
+  type FleetView,
+  type PictureCaller,
+  type InstancePicture,
   type RateLimitOverride,
   type RateLimitBlock,
   type RateLimitConcurrencyBlock,
@@ -336,7 +339,12 @@ describe('every exported type', () => {
     expect<RateLimitIdentity>().type.not.toBeAssignableFrom<{ ip: number }>()
     expect<keyof RateLimitStats>().type.toBe<'allowed' | 'limited' | 'degraded' | 'shadowLimited' | 'refunded' | 'settled' | 'penalized' | 'skipped' | 'banned' | 'delayed' | 'delayAborted' | 'undelayed' | 'waitExpired' | 'held' | 'waiting'>()
     expect<PolicySummary['bans']>().type.toBe<number | undefined>()
-    expect<RateLimitBanKind>().type.toBe<'ip' | 'user' | 'apiKey'>()
+    expect<RateLimitBanKind>().type.toBe<'ip' | 'user' | 'apiKey' | 'keyHash'>()
+    expect<RateLimitBanInput['identity']>().type.toBe<{ ip: string } | { user: string } | { apiKey: string } | { keyHash: string }>()
+    expect<Awaited<ReturnType<RateLimitApi['fleet']>>>().type.toBe<FleetView>()
+    expect<FleetView['top'][number]['callers'][number]>().type.toBe<PictureCaller>()
+    expect<Awaited<ReturnType<RateLimitApi['auditTrail']>>[number]['change']>().type.toBe<'set' | 'clear' | 'reset'>()
+    expect<InstancePicture['store']['nodes'][number]['breaker']>().type.toBe<'closed' | 'open' | 'probing'>()
     expect<RateLimitBan['statusCode']>().type.toBe<403 | 429>()
     expect<RateLimitBan['expiresAt']>().type.toBe<number | null>()
     expect<RateLimitBanInput['statusCode']>().type.toBe<403 | 429 | undefined>()

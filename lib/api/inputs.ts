@@ -44,7 +44,7 @@ export function shownIdentity (identity: RateLimitIdentity): Record<string, stri
   const shownFields: Record<string, string> = {}
   for (const [field, value] of Object.entries(identity)) {
     if (value === undefined) continue
-    shownFields[field] = field === 'ip' || field === 'user' || field === 'tier' ? String(value) : '(given)'
+    shownFields[field] = field === 'ip' || field === 'user' || field === 'tier' || field === 'keyHash' ? String(value) : '(given)'
   }
   return shownFields
 }

@@ -5,12 +5,12 @@ import type { DenyCache } from './deny-cache.js'
 import type { SlotKeeper } from '../kinds/concurrency/slot-keeper.js'
 import type { Holds, Place } from '../kinds/delay/holds.js'
 import type { Waiters } from '../kinds/concurrency/waiters.js'
-import type { DecisionSource, Metrics } from '../diagnostics.js'
+import type { DecisionSource, Metrics, Tracing } from '../diagnostics.js'
 import type { BurstLogger, OncePerWindow } from '../util/log-throttle.js'
 import type { PendingWork } from '../util/pending-work.js'
 import type { MemoryStore } from '../store/memory/store.js'
 import type { CompiledPolicy, RouteBlock } from '../policy/policy.js'
-import type { Store, StoreBlock } from '../store/port.js'
+import type { Store, StoreBlock, StoreCallMeasure } from '../store/port.js'
 import type { RateLimitDecision, RateLimitStats } from '../types/index.js'
 import type { PictureCounters } from '../picture/counters.js'
 
@@ -54,6 +54,8 @@ export interface Reporter {
   rejections: OncePerWindow
   /** OpenTelemetry instruments, once loaded at ready(). */
   metrics: Metrics | undefined
+  /** Decision events on the request's span, once a TracerProvider is registered (diagnostics.ts loadTracing). */
+  tracing: Tracing | undefined
   /** The counts of this instance's published picture (lib/picture/); undefined with `picture: false`. */
   picture: PictureCounters | undefined
 }
@@ -127,4 +129,6 @@ export interface Evaluation {
    * returns it on every other path (returning it again does nothing).
    */
   place?: Place
+  /** The store call that decided it (its size and latency), for traces; absent unless Redis decided. */
+  storeCall?: StoreCallMeasure | undefined
 }

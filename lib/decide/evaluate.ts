@@ -95,7 +95,7 @@ function report (call: StoreCall, evaluation: Evaluation, durationMs: number, fa
   try {
     if (failure !== undefined) reportFailure(input, origin, runtime, failure)
     else if (evaluation.rejected || evaluation.decision.outcome === 'shadow-limited') logRefusal(call, evaluation)
-    publish(runtime, input, origin, evaluation, durationMs)
+    publish(runtime, input, origin, evaluation, durationMs, failure)
   } catch (error) {
     runtime.telemetry.report(origin.log, { err: error }, TELEMETRY_THREW)
   }
@@ -181,10 +181,11 @@ export function evaluateThen (input: DecisionInput, origin: DecisionOrigin, runt
   const call: StoreCall = { input, origin, runtime, done, fail: failed, place, startedAt, now }
   try {
     // The store asks the breaker of the node that holds these keys (store/redis/breakers.ts).
-    runtime.store.decide(input, 'charge').then(({ decisions, at }) => {
+    runtime.store.decide(input, 'charge').then(({ decisions, at, call: measured }) => {
       let evaluation: Evaluation
       try {
         evaluation = fromStore(call, decisions, at)
+        evaluation.storeCall = measured
       } catch (error) {
         failed(error as Error)
         return

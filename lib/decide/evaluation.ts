@@ -3,7 +3,7 @@ import type { RawDecision } from '../store/algorithms.js'
 import { retryAfterSeconds, shownRemaining, shownRetryMs, UNAVAILABLE_RETRY_SECONDS, type Charge } from './decision-math.js'
 import type { Verdict } from './combine.js'
 import type { DecisionInput, DecisionOrigin, Evaluation, Reporter } from './contract.js'
-import { decisionChannel, type DecisionSource } from '../diagnostics.js'
+import { decisionChannel, errorCause, type DecisionAttributes, type DecisionSource } from '../diagnostics.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { DecideMode } from '../store/port.js'
 import type { RateLimitPolicyDecision } from '../types/index.js'
@@ -72,6 +72,27 @@ export function toEvaluation (input: DecisionInput, decisions: ReadonlyArray<Raw
   }
 }
 
+/** A decision's trace event: route, policies, outcome, a degraded decision's cause, the store call's latency and size; never an identity value. */
+function traceAttributes (input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number, failure: unknown): DecisionAttributes {
+  const { decision, storeCall } = evaluation
+  const attributes: DecisionAttributes = {
+    'rate_limit.route': origin.route,
+    'rate_limit.policy': decision.policy,
+    'rate_limit.policies': input.blocks.map((block) => block.compiled.name),
+    'rate_limit.outcome': decision.outcome,
+    'rate_limit.source': evaluation.source,
+    'rate_limit.duration_ms': durationMs
+  }
+  if (evaluation.violated.length > 0) attributes['rate_limit.violated'] = evaluation.violated
+  if (decision.delayMs > 0) attributes['rate_limit.delay_ms'] = decision.delayMs
+  if (failure !== undefined) attributes['rate_limit.degraded_cause'] = errorCause(failure)
+  if (storeCall !== undefined) {
+    attributes['rate_limit.store.latency_ms'] = storeCall.latencyMs
+    attributes['rate_limit.store.batch_size'] = storeCall.size
+  }
+  return attributes
+}
+
 /** The identity part of the refused caller's key (the binding block's: key = head + identity + tail, keys/layout.ts). */
 function callerOf (input: DecisionInput, binding: number): string | undefined {
   const key = input.blocks[binding]?.key
@@ -82,12 +103,13 @@ function callerOf (input: DecisionInput, binding: number): string | undefined {
 }
 
 /** The picture's counters (lib/picture/), the metrics and the decision channel, after delivery (evaluate.ts report); `durationMs` measured before it. */
-export function publish (runtime: Reporter, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number): void {
+export function publish (runtime: Reporter, input: DecisionInput, origin: DecisionOrigin, evaluation: Evaluation, durationMs: number, failure?: unknown): void {
   const { decision } = evaluation
   const picture = runtime.picture
   if (picture !== undefined) {
     picture.count(origin.route, decision.policy, decision.outcome, evaluation.source, input.waitedMs !== undefined, evaluation.rejected ? callerOf(input, evaluation.binding) : undefined)
   }
+  if (runtime.tracing !== undefined) runtime.tracing.decision(traceAttributes(input, origin, evaluation, durationMs, failure))
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
   metrics?.decision(origin.route, decision.policy, decision.outcome, durationMs)
@@ -112,6 +134,7 @@ export function publish (runtime: Reporter, input: DecisionInput, origin: Decisi
 /** Publishes a decision no store call took: a skip (allowList, skip) or a ban's refusal. */
 function publishWithoutStore (runtime: Reporter, policy: CompiledPolicy, outcome: 'skipped' | 'banned', source: 'allow-list' | 'skip' | 'ban', startedAt: number): void {
   runtime.picture?.count(policy.route, policy.name, outcome, source, false, undefined)
+  runtime.tracing?.decision({ 'rate_limit.route': policy.route, 'rate_limit.policy': policy.name, 'rate_limit.outcome': outcome, 'rate_limit.source': source })
   const metrics = runtime.metrics
   if (metrics === undefined && !decisionChannel.hasSubscribers) return
   const durationMs = performance.now() - startedAt

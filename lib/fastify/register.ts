@@ -2,7 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, 
 import { FST_RRL_INVALID_OPTION, FST_RRL_MISSING_LIMIT } from '../errors.js'
 import { createApi, policyTable } from '../api/api.js'
 import { PolicyRegistry } from '../api/registry.js'
-import { loadMetrics, TELEMETRY_THREW } from '../diagnostics.js'
+import { loadMetrics, loadTracing, TELEMETRY_THREW } from '../diagnostics.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { identityHasher } from '../keys/layout.js'
 import { PicturePublisher } from '../picture/publisher.js'
@@ -183,6 +183,7 @@ async function checkAtReady (state: PluginState, instance: FastifyInstance): Pro
   // Routes declared before the plugin cannot be listed here (route-guard.ts refuses them at request time).
   if (preflightDeclaredBefore(fastify, state.preflightSeen)) listUnlimited(listing, { method: 'OPTIONS', url: '*' })
   if (options.metrics) runtime.metrics = await loadMetrics((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
+  if (options.metrics) runtime.tracing = await loadTracing((error) => { runtime.telemetry.report(fastify.log, { err: error }, TELEMETRY_THREW) })
   if (options.printPolicies) logPolicyTable(fastify.log, listing.summaries)
   await runtime.store.warmUp(fastify.log)
   runtime.overrides.start()
@@ -232,6 +233,8 @@ function install (state: PluginState): void {
       intervalMs: options.picture.intervalMs,
       log: fastify.log
     })
+    const publisher = state.publisher
+    options.picture.onPublisher?.(async () => { await publisher.publish() }, publisher.id)
   }
 }
 

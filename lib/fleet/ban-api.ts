@@ -2,20 +2,22 @@ import { FST_RRL_INVALID_API_CALL } from '../errors.js'
 import { canonicalIp } from '../keys/ip.js'
 import { shown } from '../util/validate.js'
 import type { PolicySummary, RateLimitApi, RateLimitBan, RateLimitBanInput, RateLimitBanKind } from '../types/index.js'
-import { BAN_KINDS, banScope, EVERY_ROUTE, type Bans } from './bans.js'
+import { BAN_KINDS, banScope, EVERY_ROUTE, keyHashForm, type Bans } from './bans.js'
+import { HASH_CHARS } from '../keys/layout.js'
 import { changeText, shownIdentity, ttlInput } from '../api/inputs.js'
 import type { PolicyRegistry } from '../api/registry.js'
 
 /* fastify.rateLimit.ban / unban / listBans, and the routes' ban counts in policies(). */
 
 const METHOD = 'ban'
+const KEY_HASH = new RegExp(`^[A-Za-z0-9_-]{${HASH_CHARS}}$`)
 
 /** The one kind and value a ban names. */
 function banIdentity (identity: unknown): { kind: RateLimitBanKind, value: string } {
   const fields = identity !== null && typeof identity === 'object' && !Array.isArray(identity) ? Object.entries(identity).filter(([, value]) => value !== undefined) : []
   const [field, value] = fields[0] ?? []
   if (fields.length !== 1 || !BAN_KINDS.includes(field as RateLimitBanKind)) {
-    throw new FST_RRL_INVALID_API_CALL(METHOD, 'the identity must name exactly one of ip, user or apiKey, e.g. { ip: \'203.0.113.7\' } or { user: \'alice\' }')
+    throw new FST_RRL_INVALID_API_CALL(METHOD, 'the identity must name exactly one of ip, user, apiKey or keyHash, e.g. { ip: \'203.0.113.7\' } or { user: \'alice\' }')
   }
   if (typeof value !== 'string' || value === '') {
     throw new FST_RRL_INVALID_API_CALL(METHOD, `identity.${field as string} must be a non-empty string (got ${shown(value)})`)
@@ -37,6 +39,10 @@ function banRoute (registry: PolicyRegistry, bans: Bans, target: unknown): strin
 async function rendered (bans: Bans, kind: RateLimitBanKind, value: string): Promise<string> {
   if (kind === 'ip' && canonicalIp(value, 128) === undefined) {
     throw new FST_RRL_INVALID_API_CALL(METHOD, `identity.ip is not an IP address (got ${shown(value)})`)
+  }
+  if (kind === 'keyHash') {
+    if (!KEY_HASH.test(value)) throw new FST_RRL_INVALID_API_CALL(METHOD, `identity.keyHash must be a key hash as fleet() shows it: ${HASH_CHARS} characters of base64url (got ${shown(value)})`)
+    return keyHashForm(value)
   }
   const identity = bans.identity(kind)
   if (typeof identity === 'string') throw new FST_RRL_INVALID_API_CALL(METHOD, `a ${kind} ban needs the plugin option \`${kind}\`: without it no request has a ${kind} to match`)

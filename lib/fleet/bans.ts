@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import { compileIdentity, type CompiledIdentity, type IdentityContext } from '../keys/identity.js'
-import { keyMethod } from '../keys/layout.js'
+import { identityHasher, keyMethod, type ValueHasher } from '../keys/layout.js'
 import type { CompiledPolicy } from '../policy/policy.js'
 import type { AuditTrail, RecordHash } from '../store/port.js'
 import type { RateLimitBan, RateLimitBanKind } from '../types/index.js'
@@ -20,8 +20,13 @@ import { FleetRecords, parseJson, type FleetEntry } from './records.js'
 /** The scope of a ban without a target: every limited route. */
 export const EVERY_ROUTE = '*'
 
-export const BAN_KINDS: readonly RateLimitBanKind[] = ['ip', 'user', 'apiKey']
+export const BAN_KINDS: readonly RateLimitBanKind[] = ['ip', 'user', 'apiKey', 'keyHash']
 const BY_PART = { ip: 'ip', user: 'user', apiKey: 'api-key' } as const
+
+/** A key hash's rendered form: `#` never starts an identity part (`ip=`, `u=`, `k=`, labels), so it names no other ban. */
+export function keyHashForm (hash: string): string {
+  return '#' + hash
+}
 
 const scopes = new WeakMap<CompiledPolicy, string>()
 
@@ -52,6 +57,7 @@ function later (a: RateLimitBan | undefined, b: RateLimitBan | undefined): RateL
 
 export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   readonly #context: IdentityContext
+  readonly #hash: ValueHasher
   readonly #identities = new Map<RateLimitBanKind, CompiledIdentity>()
   /** The kinds some ban names: only these are rendered per request. */
   #kinds: RateLimitBanKind[] = []
@@ -62,6 +68,12 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
   constructor (records: RecordHash, log: FastifyBaseLogger, context: IdentityContext, audit?: AuditTrail) {
     super(records, log, { noun: 'ban', parse, entry: (record, json) => ({ record, json }) }, audit)
     this.#context = context
+    this.#hash = identityHasher(context.hashSecret)
+  }
+
+  /** A key's identity part in a key hash ban's form (the picture's hash of a refused caller). */
+  #hashed (identity: string): string {
+    return keyHashForm(this.#hash(identity))
   }
 
   protected override changed (): void {
@@ -70,8 +82,9 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
     this.#kinds = BAN_KINDS.filter((kind) => kinds.has(kind))
   }
 
-  /** The compiled identity of one kind; a string (why not) when the plugin options cannot read it. */
+  /** The compiled identity of one kind; a string (why not) when the plugin options cannot read it, or for a key hash (no one part). */
   identity (kind: RateLimitBanKind): CompiledIdentity | string {
+    if (kind === 'keyHash') return 'a key hash names a whole key identity'
     let identity = this.#identities.get(kind)
     if (identity === undefined) {
       const compiled = compileIdentity(BY_PART[kind], this.#context, 'ban check')
@@ -117,11 +130,15 @@ export class Bans extends FleetRecords<RateLimitBan, FleetEntry<RateLimitBan>> {
     let found: RateLimitBan | undefined
     let pending: Array<Promise<string>> | undefined
     for (const kind of this.#kinds) {
-      const identity = this.identity(kind)
-      if (typeof identity === 'string') continue
-      const rendered = identity.resolve(request)
-      if (typeof rendered === 'string') found = later(found, this.#lookup(scope, rendered))
-      else (pending ??= []).push(rendered)
+      // A key hash: each identity the route's keys carry, hashed as the picture hashes a refused caller.
+      const parts = kind === 'keyHash' ? policy.identities : [this.identity(kind)]
+      for (const identity of parts) {
+        if (typeof identity === 'string') continue
+        const resolved = identity.resolve(request)
+        const rendered = kind !== 'keyHash' ? resolved : typeof resolved === 'string' ? this.#hashed(resolved) : resolved.then((value) => this.#hashed(value))
+        if (typeof rendered === 'string') found = later(found, this.#lookup(scope, rendered))
+        else (pending ??= []).push(rendered)
+      }
     }
     if (pending === undefined) return found
     return Promise.all(pending).then((all) => all.reduce((best, rendered) => later(best, this.#lookup(scope, rendered)), found))

@@ -3,7 +3,7 @@ import { HASH_CHARS, hashValue } from '../util/hash.js'
 import { item } from '../util/item.js'
 import { MAX_IDENTITY_LENGTH, MAX_ROUTE_LENGTH } from '../limits.js'
 
-export { hashValue }
+export { hashValue, HASH_CHARS }
 
 /*
  * The whole key layout, and the one place keys are assembled. Every key of

@@ -95,7 +95,12 @@ export interface PictureOptions {
   intervalMs: number
   top: number
   rawIdentities: boolean
+  /** Test-only (the PICTURE_PUBLISH symbol): given the publisher's publish-now and its instance id, so a test publishes without waiting an interval. */
+  onPublisher: ((publish: () => Promise<void>, id: string) => void) | undefined
 }
+
+/** Test-only: the option key of a function that receives the picture's publish-now. */
+export const PICTURE_PUBLISH = Symbol('fastify-redis-rate-limit.picturePublish')
 
 type Input = Record<string, unknown>
 
@@ -215,7 +220,7 @@ function resolveLease (value: unknown): number {
 }
 
 /** `picture`: false, or { interval?, top?, rawIdentities? } (DEFAULTS.picture for each one missing). */
-function resolvePicture (value: unknown): PictureOptions | undefined {
+function resolvePicture (value: unknown, onPublisher: PictureOptions['onPublisher']): PictureOptions | undefined {
   if (value === false) return undefined
   const input = (value ?? {}) as Input
   if (typeof input !== 'object' || input === null || Array.isArray(input) || Object.keys(input).some((key) => !['interval', 'top', 'rawIdentities'].includes(key))) {
@@ -229,16 +234,21 @@ function resolvePicture (value: unknown): PictureOptions | undefined {
   const top = integerOption(input, 'top', DEFAULTS.picture.top, [0, MAX_PICTURE_TOP], 'picture.top')
   const raw = input.rawIdentities ?? DEFAULTS.picture.rawIdentities
   if (typeof raw !== 'boolean') throw new FST_RRL_INVALID_OPTION('picture.rawIdentities', `must be true or false (got ${typeof raw})`)
-  return { intervalMs, top, rawIdentities: raw }
+  return { intervalMs, top, rawIdentities: raw, onPublisher }
 }
 
 /** Test-only: the option key of a skewed host clock (what Date.now gives in production). */
 export const HOST_CLOCK = Symbol('fastify-redis-rate-limit.hostClock')
 
-/** A test-only clock passed under a symbol key (invisible to the option-name check), or undefined. */
+/** A test-only function passed under a symbol key (invisible to the option-name check), or undefined. */
+function symbolFunction (input: RateLimitPluginOptions | undefined, key: symbol): ((...args: never[]) => unknown) | undefined {
+  const value = (input as Record<symbol, unknown> | undefined)?.[key]
+  return typeof value === 'function' ? value as (...args: never[]) => unknown : undefined
+}
+
+/** A test-only clock passed under a symbol key, or undefined. */
 function symbolClock (input: RateLimitPluginOptions | undefined, key: symbol): (() => number) | undefined {
-  const clock = (input as Record<symbol, unknown> | undefined)?.[key]
-  return typeof clock === 'function' ? clock as () => number : undefined
+  return symbolFunction(input, key) as (() => number) | undefined
 }
 
 /** Validates the plugin options at register time; every mistake is a coded error naming the option. */
@@ -276,6 +286,6 @@ export function resolveOptions (input: RateLimitPluginOptions | undefined): Reso
     configKey: resolveConfigKey(options.configKey),
     hook: choice('hook', options.hook ?? DEFAULTS.hook, HOOKS),
     lease: resolveLease(options.lease),
-    picture: resolvePicture(options.picture)
+    picture: resolvePicture(options.picture, symbolFunction(input, PICTURE_PUBLISH) as PictureOptions['onPublisher'])
   }
 }

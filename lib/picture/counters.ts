@@ -80,7 +80,9 @@ const OTHER = '(other routes)'
 export class PictureCounters {
   readonly #capacity: number
   readonly #length: number
-  #rows = new Map<string, RouteCounts>()
+  /** By route, then by policy: two lookups and no string built per decision. */
+  #rows = new Map<string, Map<string, RouteCounts>>()
+  #size = 0
   readonly #series = new Map<string, PictureRow>()
   readonly #top = new Map<string, TopCallers>()
 
@@ -91,12 +93,14 @@ export class PictureCounters {
   }
 
   #row (route: string, policy: string): RouteCounts {
-    const id = route + '\n' + policy
-    let row = this.#rows.get(id)
+    let byPolicy = this.#rows.get(route)
+    let row = byPolicy?.get(policy)
     if (row === undefined) {
-      if (this.#rows.size >= MAX_ROWS) return this.#row(OTHER, OTHER)
+      if (this.#size >= MAX_ROWS && route !== OTHER) return this.#row(OTHER, OTHER)
+      if (byPolicy === undefined) this.#rows.set(route, byPolicy = new Map())
       row = emptyCounts(route, policy)
-      this.#rows.set(id, row)
+      byPolicy.set(policy, row)
+      this.#size++
     }
     return row
   }
@@ -146,8 +150,10 @@ export class PictureCounters {
    * decayed after they are read.
    */
   take (): { rows: PictureRow[], callers: Array<{ route: string, callers: CallerCount[] }> } {
-    const current = this.#rows
+    const current = new Map<string, RouteCounts>()
+    for (const byPolicy of this.#rows.values()) for (const counts of byPolicy.values()) current.set(counts.route + '\n' + counts.policy, counts)
     this.#rows = new Map()
+    this.#size = 0
     for (const [id, counts] of current) {
       if (!this.#series.has(id)) this.#series.set(id, { ...counts, series: { admitted: [], refused: [], degraded: [] } })
     }

@@ -79,6 +79,8 @@ function disagreements (instances: readonly InstancePicture[]): PolicyDisagreeme
   const byRoute = new Map<string, Map<string, { instances: string[], limits: PolicySummary['limits'] }>>()
   for (const picture of instances) {
     for (const summary of picture.policies) {
+      // Fastify's HEAD twin of a GET declares what the GET does: its row would repeat the GET's.
+      if (summary.method === 'HEAD' && picture.policies.some((other) => other.method === 'GET' && other.url === summary.url && JSON.stringify(other.constraints) === JSON.stringify(summary.constraints))) continue
       const route = `${summary.method} ${summary.url}` + (summary.constraints === undefined ? '' : ' ' + JSON.stringify(summary.constraints))
       let variants = byRoute.get(route)
       if (variants === undefined) byRoute.set(route, variants = new Map())

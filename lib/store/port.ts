@@ -141,6 +141,14 @@ export interface Decided {
   decisions: RawDecision[]
   /** Redis TIME as the script read it (or the test clock it was sent), the memory store's clock: a charge's time for its give-backs. */
   at: number
+  /** The script call that carried it: its decisions and ms from write to reply (Redis only; for traces). */
+  call?: StoreCallMeasure
+}
+
+/** One store call as traces show it: how many decisions it carried, and its ms from write to reply. */
+export interface StoreCallMeasure {
+  size: number
+  latencyMs: number
 }
 
 /** One hash's records as read: each id's JSON, and the store's clock (ms) when they were read. */

@@ -189,8 +189,8 @@ export interface RateLimitOverride {
   setAt: number
 }
 
-/** The identity kinds a ban can name. */
-export type RateLimitBanKind = 'ip' | 'user' | 'apiKey'
+/** The identity kinds a ban can name: `keyHash` is a caller as the console shows it (`PictureCaller.hash`). */
+export type RateLimitBanKind = 'ip' | 'user' | 'apiKey' | 'keyHash'
 
 /** What `ban` takes. */
 export interface RateLimitBanInput {
@@ -198,9 +198,12 @@ export interface RateLimitBanInput {
   target?: RateLimitTarget
   /**
    * Exactly one of `ip` (grouped by `ipv6Subnet` as in keys), `user` (what the
-   * plugin's `user(request)` returns) or `apiKey` (what `apiKey(request)` returns).
+   * plugin's `user(request)` returns), `apiKey` (what `apiKey(request)` returns)
+   * or `keyHash`: the hash of a key's identity part, as `fleet()` shows a
+   * refused caller (`PictureCaller.hash`), matching the requests whose key, on
+   * any of the route's blocks, has that identity part.
    */
-  identity: { ip: string } | { user: string } | { apiKey: string }
+  identity: { ip: string } | { user: string } | { apiKey: string } | { keyHash: string }
   /** Milliseconds until the ban lapses, or `'permanent'`. */
   ttl: number | 'permanent'
   /** Who bans (logged and stored). */
@@ -218,7 +221,7 @@ export interface RateLimitBan {
   /** The route it applies to (`GET /orders`; `GET /api {"host":"a.example.com"}` for a constrained route), or `*` for every limited route. */
   route: string
   kind: RateLimitBanKind
-  /** Which caller: `{ ip }` or `{ user }` with the value; an API key only as `{ apiKey: '(given)' }`. */
+  /** Which caller: `{ ip }`, `{ user }` or `{ keyHash }` with the value; an API key only as `{ apiKey: '(given)' }`. */
   identity: Record<string, string>
   statusCode: 403 | 429
   /** Plugin-clock ms when it lapses; null when permanent. */

@@ -106,7 +106,7 @@ export interface RateLimitPluginOptions {
   policies?: Record<string, AnyRateLimitBlock | AnyRateLimitBlock[]>
   /** Log a table of every route's limits at ready() (info level). Default false. */
   printPolicies?: boolean
-  /** Record OpenTelemetry metrics when @opentelemetry/api is installed; default true. */
+  /** Record OpenTelemetry metrics, and a trace event per decision on the request's span, when @opentelemetry/api and an SDK are installed; default true. */
   metrics?: boolean
   /**
    * Coalesce the decisions of one event-loop turn into one script call (per

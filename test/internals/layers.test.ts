@@ -92,8 +92,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   types: [],
   runtime: ['util', 'errors', 'limits', 'kinds', 'store', 'keys', 'fleet', 'decide', 'reply', 'picture'],
   fastify: ['util', 'errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime', 'picture'],
-  index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types'],
-  console: ['util', 'errors', 'limits', 'keys', 'policy']
+  console: ['util', 'errors', 'limits', 'kinds', 'keys', 'policy', 'fastify'],
+  index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */
 const TYPES_ALSO: Record<string, readonly string[]> = {

@@ -1,3 +1,4 @@
+import type { StoreCallMeasure } from '../port.js'
 import { performance } from 'node:perf_hooks'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_REDIS_TIMEOUT, FST_RRL_REDIS_UNAVAILABLE, FST_RRL_STORE_OVERLOADED } from '../../errors.js'
 import { frameBatch, splitBatchReply } from './protocol.js'
@@ -249,7 +250,7 @@ export class Dispatcher {
     call.progress.lastAt = performance.now()
     if (this.#late(call, true)) return
     const latencyMs = this.#finish(call)
-    this.#deliver(call, reply)
+    this.#deliver(call, reply, { size: call.jobs.length, latencyMs })
     this.#freed(call.lane, undefined)
     this.#measured(call, latencyMs)
   }
@@ -281,7 +282,7 @@ export class Dispatcher {
   }
 
   /** Gives each job its share of a batch reply (protocol.ts splits it) and the script's `now`, or the error it failed with (then its slots are released). */
-  #deliver (call: InFlight, reply: unknown): void {
+  #deliver (call: InFlight, reply: unknown, measured: StoreCallMeasure): void {
     const { jobs } = call
     const { at, results } = splitBatchReply(jobs, reply)
     let failed: BatchJob[] | undefined
@@ -293,7 +294,7 @@ export class Dispatcher {
         ;(failed ??= []).push(job)
       } else {
         this.#answered()
-        job.resolve(result, at)
+        job.resolve(result, at, measured)
       }
     }
     if (failed !== undefined) this.#releaseTaken(call, failed)

@@ -1,7 +1,7 @@
 import { SLOT_RETRY_MS } from '../../kinds/concurrency/lease.js'
 import type { RawDecision } from '../algorithms.js'
 import { FST_RRL_BAD_SCRIPT_REPLY, FST_RRL_SCRIPT_ERROR } from '../../errors.js'
-import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreBlock, type StoreRequest } from '../port.js'
+import { onlySlots, penaltyKey, type Adjustment, type BlockRun, type DecideMode, type StoreBlock, type StoreCallMeasure, type StoreRequest } from '../port.js'
 import { isInteger } from '../../util/validate.js'
 
 /*
@@ -79,9 +79,9 @@ export interface AdjustCall {
 /** One call of a batch: a decision (or peek), or a list of adjustments. */
 export type EncodedCall = DecisionCall | AdjustCall
 
-/** What a call answers to: its reply values and the script's `now` (the time it charged at), or why it failed. */
+/** What a call answers to: its reply values, the script's `now` (the time it charged at) and the call's size and latency, or why it failed. */
 export interface Settlement {
-  resolve: (values: number[], at: number) => void
+  resolve: (values: number[], at: number, call: StoreCallMeasure) => void
   reject: (error: unknown) => void
 }
 

@@ -139,9 +139,9 @@ export class RedisStore implements Store {
     const breaker = mode === 'charge' ? this.#breakers?.of(this.nodeOf(request.blocks[0]?.key ?? '')) : undefined
     if (breaker !== undefined && !breaker.allow()) return Promise.reject(new FST_RRL_REDIS_CIRCUIT_OPEN(breaker.failures, breaker.retryInMs))
     return new Promise((resolve, reject) => {
-      this.#dispatcher.enqueue(decideCall(request, mode, (values, at) => {
+      this.#dispatcher.enqueue(decideCall(request, mode, (values, at, call) => {
         breaker?.success()
-        resolve({ decisions: toDecisions(values), at })
+        resolve({ decisions: toDecisions(values), at, call })
       }, (error: unknown) => {
         breaker?.report(error)
         reject(error)

@@ -204,5 +204,4 @@ test('hostile values render inert: markup, control characters, right-to-left mar
   for (const right of layout.tables) t.ok(right <= layout.viewport, `a table ends within the viewport (${Math.round(right)})`)
   t.ok(layout.tallest < 200, `an 8 KB value scrolls inside its cell (tallest cell ${Math.round(layout.tallest)} px)`)
   t.same(seen, { dialogs: [], errors: [] }, 'no dialog, no script error, no CSP refusal')
-  await page.screenshot({ path: `${tempDir('hostile-shot')}/hostile.png`, fullPage: true })
 })

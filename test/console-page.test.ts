@@ -1,6 +1,7 @@
 import { test } from 'tap'
 import type { Test } from 'tap'
 import Fastify, { type FastifyInstance, type InjectOptions } from 'fastify'
+import { Redis } from 'ioredis'
 import rateLimit from '../lib/index.js'
 import consolePage, { type ConsolePageOptions } from '../lib/console/page/index.js'
 
@@ -266,4 +267,42 @@ test('each change: made as the app\'s actor, logged, and in the audit trail; the
   for (let i = 0; i < 45; i++) statuses.push((await app.inject({ url: `${PREFIX}/api/state`, headers })).statusCode)
   t.ok(statuses.includes(429), 'the console\'s own routes are limited by the plugin (the rateLimit option)')
   t.equal(statuses.indexOf(429), 40 - 1, 'after the option\'s 40 per minute (one read above)')
+})
+
+test('a store that does not answer: the page still reads (its problems named), a change is a 503 with a code; another configKey; an actor that throws', async (t) => {
+  // A Redis client that never connects (port 1): the API's store calls fail at once.
+  const redis = new Redis({ port: 1, lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null })
+  redis.on('error', () => {})
+  const logs: Logged[] = []
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as Logged) } } } })
+  t.teardown(async () => { await app.close(); redis.disconnect() })
+  await app.register(rateLimit, { redis, timeout: 50, configKey: 'limits', user: (request) => request.headers['x-user'] as string | undefined })
+  app.get('/orders/:id', { config: { limits: { limit: 2, window: '1m', name: 'orders' } } }, async () => 'ok')
+  await app.register(consolePage, {
+    prefix: PREFIX,
+    configKey: 'limits',
+    authorize: () => true,
+    actor: (request) => { if (request.headers['x-operator'] === 'broken') throw new Error('directory down'); return 'op' }
+  })
+  await app.ready()
+  const state = await app.inject({ url: `${PREFIX}/api/state` })
+  t.equal(state.statusCode, 200, 'the page still reads')
+  t.match(state.json(), { fleet: null, bans: null, overrides: null, audit: null, problems: [/^audit trail: /, /^fleet: /, /^bans: /, /^overrides: /] }, 'each part that failed is named')
+  const limits = (app as unknown as { limits: FastifyInstance['rateLimit'] }).limits
+  const declared = limits.policies().find((summary) => summary.method === 'GET' && summary.url === `${PREFIX}/api/state`)
+  t.match(declared?.limit, { limit: 300, windowMs: 60_000 }, 'the console\'s limit is declared under the plugin\'s configKey')
+  const headers = await session(app, {})
+  for (const [path, body] of [
+    ['bans', { identity: { user: 'm' }, ttl: 60_000, reason: 'r' }],
+    ['bans/lift', { id: '*|u=x', reason: 'r' }],
+    ['overrides', { target: 'orders', limit: 5, ttl: 60_000, reason: 'r' }],
+    ['reset', { target: 'orders', identity: { user: 'm' }, reason: 'r' }]
+  ] as const) {
+    const res = await post(app, path, body, headers)
+    t.equal(res.status, 503, `${path}: the store did not answer`)
+    t.equal(res.body.code, 'FST_RRL_REDIS_UNAVAILABLE')
+  }
+  const broken = await post(app, 'bans', { identity: { user: 'm' }, ttl: 60_000, reason: 'r' }, { ...headers, 'x-operator': 'broken' })
+  t.same(broken, { status: 500, body: { statusCode: 500, code: 'FST_RRL_CONSOLE_FAILED', error: 'Internal Server Error', message: 'The console call failed; see the server log' } }, 'an actor that throws: a 500 that says nothing more')
+  t.ok(logs.some((line) => line.level === 50 && line.msg === 'rate limit console: a call failed'), 'and the error is logged')
 })

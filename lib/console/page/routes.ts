@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { constraintText, routeLabel } from '../../keys/constraints.js'
 import { MAX_CHANGE_TEXT_LENGTH, MAX_CONSOLE_BODY_BYTES, MAX_CONSOLE_TTL_MS, MAX_CONSOLE_VALUE_LENGTH, MAX_LIMIT } from '../../limits.js'
 import type { RateLimitApi, RateLimitBanInput, RateLimitIdentity, RateLimitOverrideInput } from '../../types/index.js'
@@ -61,6 +62,17 @@ const LIFT_BODY = {
   additionalProperties: false,
   required: ['id', 'reason'],
   properties: { id: value, reason }
+}
+
+/** An API call that reaches the store: a failure that is not one of the plugin's coded errors is the store's (503, with the client's message). */
+async function stored<T> (call: () => Promise<T>): Promise<T> {
+  try {
+    return await call()
+  } catch (error) {
+    const code = (error as FastifyError).code
+    if (typeof code === 'string' && code.startsWith('FST_RRL_')) throw error
+    throw new FST_RRL_REDIS_UNAVAILABLE((error as Error).message)
+  }
 }
 
 /** What each failure of a console call answers: a coded 4xx for input, the store's 503, else a logged 500 without details. */
@@ -157,7 +169,7 @@ function changeRoutes (fastify: FastifyInstance, { api, limited, actorOf, change
   fastify.post('/api/bans', change(BAN_BODY), async (request) => {
     const body = request.body as Omit<RateLimitBanInput, 'actor'>
     const actor = await actorOf(request)
-    const ban = await api.ban({ ...body, actor })
+    const ban = await stored(async () => await api.ban({ ...body, actor }))
     changed(request, 'ban', actor, ban.id)
     return ban
   })
@@ -167,7 +179,7 @@ function changeRoutes (fastify: FastifyInstance, { api, limited, actorOf, change
     fastify.post(path, change(LIFT_BODY), async (request) => {
       const { id, reason: why } = request.body as { id: string, reason: string }
       const actor = await actorOf(request)
-      const removed = await remove(id, { actor, reason: why })
+      const removed = await stored(async () => await remove(id, { actor, reason: why }))
       changed(request, action, actor, id)
       return { [answer]: removed }
     })
@@ -178,7 +190,7 @@ function changeRoutes (fastify: FastifyInstance, { api, limited, actorOf, change
   fastify.post('/api/overrides', change(OVERRIDE_BODY), async (request) => {
     const body = request.body as Omit<RateLimitOverrideInput, 'actor'>
     const actor = await actorOf(request)
-    const override = await api.setOverride({ ...body, actor })
+    const override = await stored(async () => await api.setOverride({ ...body, actor }))
     changed(request, 'override', actor, override.id)
     return override
   })
@@ -186,7 +198,7 @@ function changeRoutes (fastify: FastifyInstance, { api, limited, actorOf, change
   fastify.post('/api/reset', change(RESET_BODY), async (request) => {
     const { target, identity: caller, reason: why } = request.body as { target: string, identity: RateLimitIdentity, reason: string }
     const actor = await actorOf(request)
-    await api.reset(target, caller, { actor, reason: why })
+    await stored(async () => { await api.reset(target, caller, { actor, reason: why }) })
     changed(request, 'reset', actor, target)
     return { reset: true }
   })

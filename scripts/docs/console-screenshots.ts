@@ -71,6 +71,7 @@ try {
   // Traffic goes on while the page is open, so that its last interval is not empty.
   let second = 8
   const background = setInterval(() => { traffic(apps, second++).catch(() => {}) }, 1000)
+  await sleep(2500)
 
   const context = await chromium.launchPersistentContext(tempDir('chromium'), {
     executablePath: '/usr/bin/chromium',

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium for the console page's browser test (test/console-browser.test.ts),
+# Debian's chromium for the console page's browser test (test/console/page-browser.test.ts),
 # driven by playwright-core. Never a browser download by a test tool: the
 # distribution's package, installed when /usr/bin/chromium is missing.
 set -euo pipefail

@@ -4,10 +4,10 @@ import { existsSync } from 'node:fs'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { chromium, type BrowserContext, type Page } from 'playwright-core'
 import { request } from 'undici'
-import rateLimit from '../lib/index.js'
-import consolePage from '../lib/console/page/index.js'
-import { listeningFleet } from './helpers/fleet.js'
-import { tempDir } from './helpers/processes.js'
+import rateLimit from '../../lib/index.js'
+import consolePage from '../../lib/console/page/index.js'
+import { listeningFleet } from '../helpers/fleet.js'
+import { tempDir } from '../helpers/processes.js'
 
 /*
  * The console page end to end in a real browser: Debian's chromium driven by

@@ -2,8 +2,8 @@ import { test } from 'tap'
 import type { Test } from 'tap'
 import Fastify, { type FastifyInstance, type InjectOptions } from 'fastify'
 import { Redis } from 'ioredis'
-import rateLimit from '../lib/index.js'
-import consolePage, { type ConsolePageOptions } from '../lib/console/page/index.js'
+import rateLimit from '../../lib/index.js'
+import consolePage, { type ConsolePageOptions } from '../../lib/console/page/index.js'
 
 /*
  * The console page plugin (docs/console.md, "The console page") through
@@ -13,7 +13,7 @@ import consolePage, { type ConsolePageOptions } from '../lib/console/page/index.
  * anything; a change without the page's token or from another site is 403;
  * malformed input is a coded 4xx, never a 500. The memory store: what the
  * console reads and changes goes through the same API on either store (the
- * browser test, test/console-browser.test.ts, runs a fleet on Redis).
+ * browser test, test/console/page-browser.test.ts, runs a fleet on Redis).
  */
 
 const PREFIX = '/ops/limits'

@@ -1,30 +1,19 @@
 import t, { test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { Cluster } from 'ioredis'
 import rateLimit, { type FleetView, type RateLimitDecision } from '../../lib/index.js'
 import { cliChild, cliHere } from '../helpers/cli.js'
-import { startCluster, waitFor } from '../helpers/topologies.js'
+import { clusterFleet } from '../helpers/fleet.js'
+import { waitFor } from '../helpers/topologies.js'
 
 /* The CLI against three instances on a 3-master Redis Cluster (`--cluster host:port`), through ioredis and node-redis. */
 
-const cluster = await startCluster()
 const prefix = 'clicl'
-const apps: FastifyInstance[] = []
-const clients: Cluster[] = []
-t.teardown(async () => {
-  for (const app of apps) await app.close()
-  for (const client of clients) client.disconnect()
-  await cluster.stop()
-})
-for (let i = 0; i < 3; i++) {
-  const redis = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), { enableOfflineQueue: true, redisOptions: { maxRetriesPerRequest: 1 } })
-  clients.push(redis)
+const { apps, cluster } = await clusterFleet(t, 3, async (redis) => {
   const app = Fastify()
   await app.register(rateLimit, { redis, prefix, picture: { interval: 1000 }, globalLimits: [{ name: 'all', limit: 100, window: '1m', by: 'ip' }] })
   app.get('/a', { config: { rateLimit: { limit: 2, window: '1m', algorithm: 'fixed-window', by: 'ip' } } }, async () => 'a')
-  await app.ready()
-  apps.push(app)
-}
+  return app
+})
 const [one, two] = apps as [FastifyInstance, FastifyInstance]
 const seeds = cluster.nodes.map((node) => `127.0.0.1:${node.port}`).join(',')
 const args = (...rest: string[]): string[] => [...rest, '--cluster', seeds, '--prefix', prefix]

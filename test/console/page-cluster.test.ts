@@ -1,9 +1,9 @@
 import t, { test } from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { Cluster } from 'ioredis'
 import rateLimit, { type FleetView, type RateLimitBan } from '../../lib/index.js'
 import consolePage from '../../lib/console/page/index.js'
-import { startCluster, waitFor } from '../helpers/topologies.js'
+import { clusterFleet } from '../helpers/fleet.js'
+import { waitFor } from '../helpers/topologies.js'
 
 /*
  * The console page against three instances on a 3-master Redis Cluster
@@ -13,25 +13,13 @@ import { startCluster, waitFor } from '../helpers/topologies.js'
  * refused by a third instance within its poll, then lifted.
  */
 
-const cluster = await startCluster()
-const prefix = 'pagecl'
-const apps: FastifyInstance[] = []
-const clients: Cluster[] = []
-t.teardown(async () => {
-  for (const app of apps) await app.close()
-  for (const client of clients) client.disconnect()
-  await cluster.stop()
-})
-for (let i = 0; i < 3; i++) {
-  const redis = new Cluster(cluster.nodes.map((node) => ({ host: '127.0.0.1', port: node.port })), { enableOfflineQueue: true, redisOptions: { maxRetriesPerRequest: 1 } })
-  clients.push(redis)
+const { apps } = await clusterFleet(t, 3, async (redis, i) => {
   const app = Fastify()
-  await app.register(rateLimit, { redis, prefix, picture: { interval: 1000 }, user: (req) => req.headers['x-user'] as string | undefined })
+  await app.register(rateLimit, { redis, prefix: 'pagecl', picture: { interval: 1000 }, user: (req) => req.headers['x-user'] as string | undefined })
   app.get('/a', { config: { rateLimit: { limit: 2, window: '1m', by: 'user' } } }, async () => 'a')
   if (i === 0) await app.register(consolePage, { prefix: '/ops', authorize: () => true, actor: () => 'ops:cluster' })
-  await app.ready()
-  apps.push(app)
-}
+  return app
+})
 const [withConsole, refusing, third] = apps as [FastifyInstance, FastifyInstance, FastifyInstance]
 const from = async (app: FastifyInstance, user: string): Promise<number> => (await app.inject({ url: '/a', headers: { 'x-user': user } })).statusCode
 const state = async (): Promise<{ fleet: FleetView, bans: RateLimitBan[] }> => (await withConsole.inject('/ops/api/state')).json()

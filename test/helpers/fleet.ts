@@ -1,7 +1,8 @@
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import type { Redis } from 'ioredis'
+import { Cluster, type Redis } from 'ioredis'
 import { cleanUpPrefix, createClient, getRedis, uniquePrefix } from './redis.js'
+import { startCluster, type ManagedCluster } from './topologies.js'
 
 /** Instances of one app on one Redis, each listening on its own port, and a client to read Redis with. */
 export interface ListeningFleet {
@@ -37,4 +38,29 @@ export async function listeningFleet (t: Test, label: string, size: number, buil
     apps.push(app)
   }
   return { apps, bases, inspector, prefix }
+}
+
+/**
+ * `size` instances on a 3-master Redis Cluster started for them, each built
+ * by `build` on its own ioredis Cluster client (`i`: its index) and made
+ * ready. At `t`'s teardown the apps close, the clients disconnect and the
+ * Cluster stops.
+ */
+export async function clusterFleet (t: Test, size: number, build: (redis: Cluster, i: number) => Promise<FastifyInstance>): Promise<{ apps: FastifyInstance[], cluster: ManagedCluster }> {
+  const cluster = await startCluster()
+  const apps: FastifyInstance[] = []
+  const clients: Cluster[] = []
+  t.teardown(async () => {
+    for (const app of apps) await app.close()
+    for (const client of clients) client.disconnect()
+    await cluster.stop()
+  })
+  for (let i = 0; i < size; i++) {
+    const redis = new Cluster(cluster.startupNodes, { enableOfflineQueue: true, redisOptions: { maxRetriesPerRequest: 1 } })
+    clients.push(redis)
+    const app = await build(redis, i)
+    await app.ready()
+    apps.push(app)
+  }
+  return { apps, cluster }
 }

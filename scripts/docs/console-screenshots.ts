@@ -32,12 +32,12 @@ async function instance (port: number, i: number): Promise<{ app: FastifyInstanc
     user: (req) => req.headers['x-user'] as string | undefined,
     apiKey: (req) => req.headers['x-api-key'] as string | undefined
   })
-  app.get('/orders/:id', { config: { rateLimit: { limit: 5, window: '1m', by: 'user', name: 'orders' } } }, async () => 'ok')
+  // The third instance runs the next release, with a higher limit: a deploy in progress, which the console shows as a disagreement.
+  app.get('/orders/:id', { config: { rateLimit: { limit: i === 2 ? 8 : 5, window: '1m', by: 'user', name: 'orders' } } }, async () => 'ok')
   app.get('/search', { config: { rateLimit: { algorithm: 'token-bucket', limit: 10, window: '1s', burst: 20, by: 'api-key', name: 'search' } } }, async () => 'ok')
   app.post('/login', { config: { rateLimit: { algorithm: 'sliding-log', limit: 3, window: '15m', by: 'ip', name: 'login', onRedisError: 'closed' } } }, async () => 'ok')
-  if (i === 0) {
-    await app.register(consolePage, { prefix: PREFIX, authorize: () => true, actor: () => 'ops:alice@example.com' })
-  }
+  // Every instance serves the console (the same code everywhere); the browser opens the first.
+  await app.register(consolePage, { prefix: PREFIX, authorize: () => true, actor: () => 'ops:alice@example.com' })
   return { app, redis }
 }
 
@@ -87,7 +87,7 @@ try {
     await page.waitForSelector('#audit-table tbody tr:nth-child(4)')
     await sleep(1200)
     mkdirSync(IMAGES, { recursive: true })
-    const shots: Array<[string, string]> = [['#fleet', 'console-fleet.png'], ['#routes', 'console-routes.png'], ['#top', 'console-top.png'], ['#bans', 'console-bans.png'], ['#overrides', 'console-overrides.png'], ['#audit', 'console-audit.png']]
+    const shots: Array<[string, string]> = [['#fleet', 'console-fleet.png'], ['#routes', 'console-routes.png'], ['#top', 'console-top.png'], ['#disagreements', 'console-disagreements.png'], ['#bans', 'console-bans.png'], ['#overrides', 'console-overrides.png'], ['#audit', 'console-audit.png']]
     for (const [selector, file] of shots) {
       await page.locator(selector).screenshot({ path: `${IMAGES}${file}` })
       console.log(`docs/images/${file}`)

@@ -113,6 +113,8 @@ test('the console in chromium: a refusal shows, a ban on the page refuses the ca
   await page.waitForSelector('#instances tbody tr td:not(.empty)')
   await within(t, 'both instances show on the page', 3 * INTERVAL_MS, async () => await page.locator('#instances tbody tr').count() === 2)
   t.match(await page.locator('#actor').textContent(), 'op:alice', 'the page names the actor the app gives')
+  await within(t, 'the console\'s own routes, declared on one instance of two, show as a disagreement', 2000, async () =>
+    await page.locator('#disagreement-list li', { hasText: `GET ${PREFIX}/api/state` }).filter({ hasText: 'not declared on 1 instance' }).count() === 1)
 
   // Refusals on the other instance: mallory spends the orders limit and is refused.
   const refused: number[] = []

@@ -158,7 +158,11 @@ function renderFleet (fleet) {
   const list = document.getElementById('disagreement-list')
   const variant = (v) => el('div', 'variant', `${v.instances.length} instance(s): `, value(v.instances.join(', ')),
     value(v.limits.map((b) => `${b.name}: ${b.limit} per ${b.windowMs} ms (${b.algorithm})`).join('; ') || 'no limit'))
-  const items = fleet.disagreements.map((d) => el('li', '', value(d.route), ...d.variants.map(variant)))
+  const missing = (d) => {
+    const declared = d.variants.reduce((sum, v) => sum + v.instances.length, 0)
+    return declared < fleet.instances.length ? [el('div', 'variant missing', `not declared on ${fleet.instances.length - declared} instance(s)`)] : []
+  }
+  const items = fleet.disagreements.map((d) => el('li', '', value(d.route), ...d.variants.map(variant), ...missing(d)))
   list.replaceChildren(...(items.length > 0 ? items : [el('li', 'empty', 'every instance declares the same limits')]))
 }
 

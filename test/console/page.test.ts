@@ -28,6 +28,7 @@ async function build (t: Test, options: ConsolePageOptions = { authorize: (reque
   t.teardown(async () => await app.close())
   await app.register(rateLimit, { store: 'memory', user: (request) => request.headers['x-user'] as string | undefined })
   app.get('/orders/:id', { config: { rateLimit: { limit: 2, window: '1m', name: 'orders' } } }, async () => 'ok')
+  for (const host of ['a.example.com', 'b.example.com']) app.get('/api', { constraints: { host }, config: { rateLimit: { limit: 2, window: '1m' } } }, async () => 'ok')
   await app.register(consolePage, { prefix: PREFIX, ...options })
   await app.ready()
   return { app, logs }
@@ -116,7 +117,7 @@ test('the page, its assets and its session: served behind authorize, with a Same
   t.equal(first.headers['set-cookie'], `rrl-console-token=${token as string}; Path=${PREFIX}/; HttpOnly; SameSite=Strict`)
   t.equal(actor, '127.0.0.1', 'the default actor is request.ip')
   t.equal(refreshMs, 1000)
-  t.same(targets, ['GET /orders/:id'], 'the forms suggest the app\'s routes, not the console\'s own')
+  t.same(targets, ['GET /api {"host":"a.example.com"}', 'GET /api {"host":"b.example.com"}', 'GET /orders/:id'], 'the forms suggest the app\'s routes (by the labels the API takes), not the console\'s own')
   const again = await app.inject({ url: `${PREFIX}/api/session`, headers: { ...OPS, cookie: `rrl-console-token=${token as string}` } })
   t.equal(again.json().token, token, 'a page that holds the cookie keeps its token')
   t.equal(again.headers['set-cookie'], undefined)
@@ -215,6 +216,8 @@ test('malformed input is a coded 4xx, never a 500 or a stack', async (t) => {
     ['bans/lift', 'no id', { reason: 'r' }, 400, 'FST_ERR_VALIDATION'],
     ['overrides/clear', 'a number for an id', { id: { x: 1 }, reason: 'r' }, 400, 'FST_ERR_VALIDATION']
   ]
+  // Two routes answer to 'GET /api' (host constraints): a target naming both is ambiguous.
+  cases.push(['overrides', 'a target several routes answer to', { target: 'GET /api', limit: 5, ttl: 60_000, reason: 'r' }, 400, 'FST_RRL_AMBIGUOUS_TARGET'])
   for (const [path, what, body, status, code] of cases) {
     const res = await post(app, path, body, headers)
     t.equal(res.status, status, `${path}: ${what}`)

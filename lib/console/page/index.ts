@@ -4,7 +4,7 @@ import fp from 'fastify-plugin'
 import { FST_RRL_CONSOLE_NO_RATE_LIMIT, FST_RRL_CONSOLE_PUBLIC } from '../../errors.js'
 import type { RateLimitApi } from '../../types/index.js'
 import { resolveConsole, type ConsolePageOptions } from './options.js'
-import { consoleErrors, consoleRoutes } from './routes.js'
+import { consoleErrors, consoleRoutes, limitedRoute } from './routes.js'
 import { guard, SECURITY_HEADERS } from './security.js'
 
 export type { ConsolePageOptions } from './options.js'
@@ -56,7 +56,7 @@ const consolePage: FastifyPluginAsync<ConsolePageOptions> = async (fastify: Fast
   fastify.addHook('onSend', async (_request, reply) => {
     for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.header(name, value)
   })
-  const limited = { config: { [options.configKey]: options.rateLimit } }
+  const limited = limitedRoute(options)
 
   // The page at `<prefix>/`: its relative links need the trailing slash, so `<prefix>` redirects there.
   fastify.get('/', limited, async (request, reply) => {

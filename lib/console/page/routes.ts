@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { constraintText, routeLabel } from '../../keys/constraints.js'
@@ -91,7 +92,7 @@ export function consoleErrors (error: FastifyError, request: FastifyRequest, rep
   reply.code(status).send({
     statusCode: status,
     code: code ?? (error.validation !== undefined ? 'FST_ERR_VALIDATION' : 'FST_RRL_CONSOLE_FAILED'),
-    error: status === 503 ? 'Service Unavailable' : status === 404 ? 'Not Found' : status === 403 ? 'Forbidden' : 'Bad Request',
+    error: STATUS_CODES[status] ?? 'Error',
     message: error.message
   })
 }
@@ -125,9 +126,13 @@ interface RouteParts {
   changed: (request: FastifyRequest, action: string, actor: string, subject: unknown) => void
 }
 
+/** Every console route is limited by the rate limit plugin: its onRoute reads the route's config under its configKey. */
+export function limitedRoute (options: ResolvedConsole): Record<string, unknown> {
+  return { config: { [options.configKey]: options.rateLimit } }
+}
+
 export function consoleRoutes (fastify: FastifyInstance, api: RateLimitApi, options: ResolvedConsole, cookiePath: string, own: ReadonlySet<string>): void {
-  // Every console route is limited by the rate limit plugin (its onRoute reads the route's config).
-  const limited = { config: { [options.configKey]: options.rateLimit } }
+  const limited = limitedRoute(options)
   const parts: RouteParts = {
     api,
     options,

@@ -229,6 +229,7 @@ function install (state: PluginState): void {
       fleet: () => ({ bans: runtime.bans.current().length, overrides: runtime.overrides.current().length }),
       hash: identityHasher(options.hashSecret),
       hashSecret: options.hashSecret !== undefined,
+      ipv6Subnet: options.ipv6Subnet,
       rawIdentities: options.picture.rawIdentities,
       intervalMs: options.picture.intervalMs,
       log: fastify.log

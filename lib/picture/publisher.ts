@@ -39,6 +39,7 @@ export interface PictureSources {
   hash: (identity: string) => string
   /** Whether identities are hashed with a hashSecret. */
   hashSecret: boolean
+  ipv6Subnet: number
   /** Publish identities as they are in keys, beside their hash (`picture.rawIdentities`). */
   rawIdentities: boolean
   intervalMs: number
@@ -87,6 +88,7 @@ export class PicturePublisher {
       top,
       policies: sources.policies(),
       hashSecret: sources.hashSecret,
+      ipv6Subnet: sources.ipv6Subnet,
       ...sources.fleet()
     }
   }

@@ -76,7 +76,7 @@ test('three instances: fleet() merges their counts, their top callers by key has
 
   await c.app.close()
   t.equal((await a.app.rateLimit.fleet()).instances.length, 2, 'a closed instance withdrew its picture at once')
-  t.equal(await admin.exists('pic:{picture}:instances'), 1)
+  t.equal(await admin.exists('pic/console:{picture}:instances'), 1)
 })
 
 test('a dead instance drops out after three intervals by the store\'s clock; the last one out leaves no key behind', async (t) => {
@@ -96,10 +96,10 @@ test('a dead instance drops out after three intervals by the store\'s clock; the
   clock.advance(1)
   t.equal((await alive.app.rateLimit.fleet()).instances.length, 1, 'three intervals after its last picture, it is gone')
   await alive.publish()
-  t.same(await admin.call('ZRANGE', 'pic:{picture}:lapses', '0', '-1'), [alive.id], 'the next publish deleted its lapsed entry')
-  t.ok(await admin.pttl('pic:{picture}:instances') > 0 && await admin.pttl('pic:{picture}:instances') <= 6000, 'both keys expire three intervals after the last write')
+  t.same(await admin.call('ZRANGE', 'pic/console:{picture}:lapses', '0', '-1'), [alive.id], 'the next publish deleted its lapsed entry')
+  t.ok(await admin.pttl('pic/console:{picture}:instances') > 0 && await admin.pttl('pic/console:{picture}:instances') <= 6000, 'both keys expire three intervals after the last write')
   await alive.app.close()
-  t.equal(await admin.exists('pic:{picture}:instances', 'pic:{picture}:lapses'), 0, 'the last instance out withdrew: nothing left')
+  t.equal(await admin.exists('pic/console:{picture}:instances', 'pic/console:{picture}:lapses'), 0, 'the last instance out withdrew: nothing left')
 })
 
 test('no store call on the request path: between publishes, requests send only their decisions', async (t) => {

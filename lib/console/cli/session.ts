@@ -109,6 +109,8 @@ export class Session {
     const settings = await this.#settings()
     const secret = this.#secret(picture, needsSecret)
     if (secret !== undefined) settings.hashSecret = secret
+    // The app's own grouping of IPv6 callers, as its picture says (an older picture without it: --ipv6-subnet, or the default).
+    if (settings.ipv6Subnet === undefined && typeof picture.ipv6Subnet === 'number') settings.ipv6Subnet = picture.ipv6Subnet
     this.#replica = await startReplica(settings, picture.policies)
     return this.#replica
   }

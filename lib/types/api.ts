@@ -367,8 +367,10 @@ export interface PictureCaller {
 
 export interface InstancePicture {
   format: 1
-  /** `<host>-<pid>-<random>`: unique per process start. */
+  /** `<host>-<pid>-<random>`: unique per registration of the plugin. */
   id: string
+  /** The app it runs in (`<host>-<pid>-<random>`, one per Fastify server): two registrations in one app publish a picture each, with the same `app`. */
+  app: string
   /** The plugin's package version. */
   version: string
   host: string

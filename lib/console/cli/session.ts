@@ -1,4 +1,5 @@
 import { CLI_DEFAULTS } from '../../limits.js'
+import { appPolicies } from '../../picture/fleet.js'
 import type { FleetView, InstancePicture } from '../../types/index.js'
 import { connect, oneLine, type Connection } from './connect.js'
 import { connectionOptions, ipv6Subnet, text, type Values } from './args.js'
@@ -102,7 +103,8 @@ export class Session {
    */
   async replica (needsSecret: boolean): Promise<Replica> {
     if (this.#replica !== undefined) return this.#replica
-    const picture = newest(await this.fleet())
+    const view = await this.fleet()
+    const picture = newest(view)
     if (picture === undefined) {
       throw new CliError(`no live instance publishes its picture under the prefix ${JSON.stringify(this.prefix)} (the plugin's picture option): the CLI rebuilds routes from the newest one`, EXIT.unhealthy)
     }
@@ -111,7 +113,9 @@ export class Session {
     if (secret !== undefined) settings.hashSecret = secret
     // The app's own grouping of IPv6 callers, as its picture says (an older picture without it: --ipv6-subnet, or the default).
     if (settings.ipv6Subnet === undefined && typeof picture.ipv6Subnet === 'number') settings.ipv6Subnet = picture.ipv6Subnet
-    this.#replica = await startReplica(settings, picture.policies)
+    // Every registration of the newest process: each publishes its own routes.
+    const policies = appPolicies(view.instances).find((process) => process.ids.includes(picture.id))?.policies ?? picture.policies
+    this.#replica = await startReplica(settings, policies)
     return this.#replica
   }
 

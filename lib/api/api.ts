@@ -3,7 +3,7 @@ import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/eval
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
 import { waitForSlot } from '../kinds/concurrency/slot-wait.js'
 import { tableCells } from '../kinds/index.js'
-import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE } from '../errors.js'
+import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_REDIS_TIMEOUT } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
 import { scheduled, scheduleSignal } from './schedule.js'
@@ -215,9 +215,15 @@ export function createApi (
   runtime: Runtime,
   log: FastifyBaseLogger,
   summaries: () => PolicySummary[],
-  records: { overrides: Overrides, bans: Bans, audit: AuditTrail, board: PictureBoard }
+  records: { overrides: Overrides, bans: Bans, audit: AuditTrail, board: PictureBoard, timeout: number }
 ): RateLimitApi {
   const { overrides, bans, audit, board } = records
+  // What an operator's page or tool waits on is bounded as close-time calls are (30 timeouts, at least 1 s): a hung Redis without a client commandTimeout answers with an error.
+  const waitMs = Math.max(1000, 30 * records.timeout)
+  const bounded = async <T>(work: Promise<T>): Promise<T> => await new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => { reject(new FST_RRL_REDIS_TIMEOUT(waitMs)) }, waitMs)
+    work.then((value) => { clearTimeout(timer); resolve(value) }, (error: Error) => { clearTimeout(timer); reject(error) })
+  })
   return {
     policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
     stats: () => ({ ...runtime.stats, held: runtime.holds.size, waiting: runtime.waiters.size }),
@@ -242,7 +248,7 @@ export function createApi (
       }
     },
     async fleet () {
-      return await readFleet(board)
+      return await bounded(readFleet(board))
     },
     async auditTrail (count) {
       const wanted = count ?? 50
@@ -250,7 +256,7 @@ export function createApi (
         throw new FST_RRL_INVALID_API_CALL('auditTrail', `count must be an integer from 1 to ${MAX_AUDIT_READ} (got ${shown(wanted)})`)
       }
       const out: AuditEntry[] = []
-      for (const json of await audit.recent(wanted)) {
+      for (const json of await bounded(audit.recent(wanted))) {
         const entry = parseJson(json)
         if (entry !== undefined) out.push(entry as unknown as AuditEntry)
       }

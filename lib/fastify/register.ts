@@ -5,7 +5,7 @@ import { PolicyRegistry } from '../api/registry.js'
 import { loadMetrics, loadTracing, TELEMETRY_THREW } from '../diagnostics.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { identityHasher } from '../keys/layout.js'
-import { PicturePublisher } from '../picture/publisher.js'
+import { PicturePublisher, pictureId } from '../picture/publisher.js'
 import { awaitWithin } from '../util/await-within.js'
 import { isPreflightCatchAll, preflightDeclaredBefore } from './preflight.js'
 import { resolveOptions, type ResolvedOptions } from '../options/index.js'
@@ -221,6 +221,7 @@ function install (state: PluginState): void {
   fastify.decorate(options.configKey, api)
   if (options.picture !== undefined && runtime.picture !== undefined) {
     state.publisher = new PicturePublisher({
+      app: appId(fastify),
       board: runtime.board,
       counters: runtime.picture,
       store: { kind: options.store, cluster: runtime.store.cluster, health: () => runtime.store.health() },
@@ -229,6 +230,7 @@ function install (state: PluginState): void {
       fleet: () => ({ bans: runtime.bans.current().length, overrides: runtime.overrides.current().length }),
       hash: identityHasher(options.hashSecret),
       hashSecret: options.hashSecret !== undefined,
+      ipv6Subnet: options.ipv6Subnet,
       rawIdentities: options.picture.rawIdentities,
       intervalMs: options.picture.intervalMs,
       log: fastify.log
@@ -236,6 +238,14 @@ function install (state: PluginState): void {
     const publisher = state.publisher
     options.picture.onPublisher?.(async () => { await publisher.publish() }, publisher.id)
   }
+}
+
+/** One id per app: its registrations share its Fastify server (public API), and their pictures the id. */
+const appIds = new WeakMap<object, string>()
+function appId (fastify: FastifyInstance): string {
+  let id = appIds.get(fastify.server)
+  if (id === undefined) appIds.set(fastify.server, id = pictureId())
+  return id
 }
 
 export async function rateLimitPlugin (fastify: FastifyInstance, input: RateLimitPluginOptions): Promise<void> {

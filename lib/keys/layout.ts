@@ -169,12 +169,22 @@ export function bansKey (prefix: string): string {
   return `${prefix}:bans`
 }
 
+/**
+ * The console's keys (the fleet's pictures, the audit trail) sit beside the
+ * limiter's, under `<prefix>/console:`: a prefix never holds `/` (PREFIX,
+ * options/fields.ts), so no limiter key of any prefix has this form, and a
+ * scan of `<prefix>:*` finds the limiter's keys alone.
+ */
+function consoleHead (prefix: string): string {
+  return `${prefix}/console:`
+}
+
 /** The fleet's pictures (lib/picture/): one hash tag, so one call writes an instance's picture and its lapse time on a Cluster. */
 export function pictureKeys (prefix: string): { pictures: string, lapses: string } {
-  return { pictures: `${prefix}:{picture}:instances`, lapses: `${prefix}:{picture}:lapses` }
+  return { pictures: `${consoleHead(prefix)}{picture}:instances`, lapses: `${consoleHead(prefix)}{picture}:lapses` }
 }
 
 /** The audit trail of operator changes (bans, overrides, resets): one stream per prefix. */
 export function auditKey (prefix: string): string {
-  return `${prefix}:audit`
+  return `${consoleHead(prefix)}audit`
 }

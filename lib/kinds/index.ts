@@ -32,7 +32,7 @@ function declaredCount (row: PolicyBlockSummary, field: 'limit' | 'burst'): numb
  * lib/console/cli/): everything its key and its decision depend on, but `by`
  * (the caller reads it) and what a row does not carry (`cost`, `penalty`,
  * `refundOn`, `settle`). `inexact` says why the block's keys may differ from
- * the instance's: a week period's `weekStart` is not in the row.
+ * the instance's (none today: every field a key depends on is in the row).
  */
 export function declaredBlock (row: PolicyBlockSummary): { fields: Record<string, unknown>, inexact?: string } {
   const common = { name: row.name, mode: row.mode }
@@ -40,8 +40,8 @@ export function declaredBlock (row: PolicyBlockSummary): { fields: Record<string
     return { fields: { ...common, concurrency: declaredCount(row, 'limit'), ...(row.waitMs === undefined ? {} : { wait: row.waitMs }) } }
   }
   if (row.period !== undefined) {
-    const fields = { ...common, limit: declaredCount(row, 'limit'), period: row.period, timeZone: row.timeZone ?? BLOCK_DEFAULTS.timeZone }
-    return row.period === 'week' ? { fields, inexact: 'a week period\'s weekStart is not published' } : { fields }
+    const fields = { ...common, limit: declaredCount(row, 'limit'), period: row.period, timeZone: row.timeZone ?? BLOCK_DEFAULTS.timeZone, ...(row.weekStart === undefined ? {} : { weekStart: row.weekStart }) }
+    return { fields }
   }
   const burst = declaredCount(row, 'burst')
   const bursty = JSON.stringify(burst) !== JSON.stringify(declaredCount(row, 'limit'))

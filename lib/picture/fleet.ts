@@ -75,25 +75,46 @@ function declaration (summary: PolicySummary): string {
   return JSON.stringify(summary.limits.map(({ override, identityOverrides, windowMs, ...block }) => ({ ...block, window: block.period ?? windowMs })))
 }
 
-function disagreements (instances: readonly InstancePicture[]): PolicyDisagreement[] {
-  const byRoute = new Map<string, Map<string, { instances: string[], limits: PolicySummary['limits'] }>>()
+/**
+ * One app's declarations: an app that registers the plugin in two contexts
+ * publishes a picture per registration, each with its own routes; together
+ * they are what the app declares.
+ */
+export function appPolicies (instances: readonly InstancePicture[]): Array<{ ids: string[], policies: PolicySummary[] }> {
+  const byProcess = new Map<string, { ids: string[], policies: PolicySummary[] }>()
   for (const picture of instances) {
+    const key = typeof picture.app === 'string' ? picture.app : picture.id
+    let entry = byProcess.get(key)
+    if (entry === undefined) byProcess.set(key, entry = { ids: [], policies: [] })
+    entry.ids.push(picture.id)
+    // A route two registrations both declare (the same prefix in two contexts) is one route.
     for (const summary of picture.policies) {
+      if (!entry.policies.some((known) => known.method === summary.method && known.url === summary.url && JSON.stringify(known.constraints) === JSON.stringify(summary.constraints))) entry.policies.push(summary)
+    }
+  }
+  return [...byProcess.values()]
+}
+
+function disagreements (instances: readonly InstancePicture[]): PolicyDisagreement[] {
+  const apps = appPolicies(instances)
+  const byRoute = new Map<string, Map<string, { instances: string[], limits: PolicySummary['limits'] }>>()
+  for (const { ids, policies } of apps) {
+    for (const summary of policies) {
       // Fastify's HEAD twin of a GET declares what the GET does: its row would repeat the GET's.
-      if (summary.method === 'HEAD' && picture.policies.some((other) => other.method === 'GET' && other.url === summary.url && JSON.stringify(other.constraints) === JSON.stringify(summary.constraints))) continue
+      if (summary.method === 'HEAD' && policies.some((other) => other.method === 'GET' && other.url === summary.url && JSON.stringify(other.constraints) === JSON.stringify(summary.constraints))) continue
       const route = `${summary.method} ${summary.url}` + (summary.constraints === undefined ? '' : ' ' + JSON.stringify(summary.constraints))
       let variants = byRoute.get(route)
       if (variants === undefined) byRoute.set(route, variants = new Map())
       const text = declaration(summary)
       const variant = variants.get(text)
-      if (variant === undefined) variants.set(text, { instances: [picture.id], limits: summary.limits })
-      else variant.instances.push(picture.id)
+      if (variant === undefined) variants.set(text, { instances: [...ids], limits: summary.limits })
+      else variant.instances.push(...ids)
     }
   }
   const out: PolicyDisagreement[] = []
   for (const [route, variants] of byRoute) {
     const declaredBy = [...variants.values()].reduce((sum, variant) => sum + variant.instances.length, 0)
-    // A route some instances do not declare at all differs too.
+    // A route some apps do not declare at all differs too.
     if (variants.size > 1 || declaredBy < instances.length) out.push({ route, variants: [...variants.values()] })
   }
   return out

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
+import { performance } from 'node:perf_hooks'
 import type { PictureBoard } from '../store/port.js'
 import type { PolicySummary, RateLimitStats } from '../types/index.js'
 import type { PictureCounters } from './counters.js'
@@ -29,6 +30,8 @@ function packageVersion (): string {
 }
 
 export interface PictureSources {
+  /** The app's id (one per Fastify server, shared by its registrations). */
+  app: string
   board: PictureBoard
   counters: PictureCounters
   store: { kind: 'redis' | 'memory', cluster: boolean, health: () => NodeHealth[] }
@@ -39,17 +42,24 @@ export interface PictureSources {
   hash: (identity: string) => string
   /** Whether identities are hashed with a hashSecret. */
   hashSecret: boolean
+  ipv6Subnet: number
   /** Publish identities as they are in keys, beside their hash (`picture.rawIdentities`). */
   rawIdentities: boolean
   intervalMs: number
   log: FastifyBaseLogger
 }
 
+/** `<host>-<pid>-<random>`: a new id for a registration or an app. */
+export function pictureId (): string {
+  return `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`
+}
+
 export class PicturePublisher {
-  readonly id = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`
+  readonly id = pictureId()
   readonly #sources: PictureSources
   readonly #version = packageVersion()
-  readonly #startedAt = Date.now()
+  /** The process's start. */
+  readonly #startedAt = Math.round(performance.timeOrigin)
   #timer: NodeJS.Timeout | undefined
   #publishing: Promise<void> | undefined
   #closed = false
@@ -74,6 +84,7 @@ export class PicturePublisher {
     return {
       format: PICTURE_FORMAT,
       id: this.id,
+      app: sources.app,
       version: this.#version,
       host: hostname(),
       pid: process.pid,
@@ -87,6 +98,7 @@ export class PicturePublisher {
       top,
       policies: sources.policies(),
       hashSecret: sources.hashSecret,
+      ipv6Subnet: sources.ipv6Subnet,
       ...sources.fleet()
     }
   }

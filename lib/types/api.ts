@@ -1,5 +1,5 @@
 import type { AlgorithmName } from '../store/algorithms.js'
-import type { FailurePolicy, RateLimitMode, RateLimitPeriod } from './block.js'
+import type { FailurePolicy, RateLimitMode, RateLimitPeriod, RateLimitWeekday } from './block.js'
 
 /* What the plugin answers: decisions, `fastify.rateLimit` and its records. */
 
@@ -53,6 +53,8 @@ export interface PolicyBlockSummary {
   period?: RateLimitPeriod
   /** The period's time zone, for a block that declares a period. */
   timeZone?: string
+  /** The weekday a `'week'` period starts on (1 = Monday … 7 = Sunday), for a week period. */
+  weekStart?: RateLimitWeekday
   /** A gcra or token-bucket block's `delay` (ms), when it declares one: requests are held up to this long for their turn. */
   delayMs?: number
   /** A concurrency block's `wait` (ms), when it declares one: a request waits up to this long for a free slot. */
@@ -365,8 +367,10 @@ export interface PictureCaller {
 
 export interface InstancePicture {
   format: 1
-  /** `<host>-<pid>-<random>`: unique per process start. */
+  /** `<host>-<pid>-<random>`: unique per registration of the plugin. */
   id: string
+  /** The app it runs in (`<host>-<pid>-<random>`, one per Fastify server): two registrations in one app publish a picture each, with the same `app`. */
+  app: string
   /** The plugin's package version. */
   version: string
   host: string
@@ -385,6 +389,8 @@ export interface InstancePicture {
   policies: PolicySummary[]
   /** Whether this instance hashes identities with a `hashSecret` (HMAC-SHA256): the CLI's peek and reset then need the secret. */
   hashSecret: boolean
+  /** The instance's `ipv6Subnet`: how IPv6 callers are grouped in keys. */
+  ipv6Subnet: number
   /** Bans and overrides in force, as this instance holds them. */
   bans: number
   overrides: number

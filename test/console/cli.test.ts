@@ -29,6 +29,7 @@ async function instance (redis: Redis, prefix: string, i: number): Promise<Fasti
   app.get('/u', { config: { rateLimit: { limit: 3, window: '1m' } } }, async () => 'u')
   app.get('/f', { config: { rateLimit: { limit: 5, window: '1m', by: function tenant (request) { return request.headers['x-t'] as string } } } }, async () => 'f')
   app.get('/c', { constraints: { host: 'a.example.com' }, config: { rateLimit: { limit: 1, window: '1m', by: 'ip' } } }, async () => 'c')
+  app.get('/w', { config: { rateLimit: { limit: 5, period: 'week', weekStart: 7, timeZone: 'America/New_York', by: 'ip' } } }, async () => 'w')
   return app
 }
 
@@ -129,6 +130,13 @@ test('peek sees what a live instance counts; reset (a child process) frees the c
   t.equal(await from(one, '10.0.0.3', '/c', { host: 'a.example.com' }), 200)
   const constrained = JSON.parse((await here(['peek', 'GET /c {"host":"a.example.com"}', '--ip', '10.0.0.3', '--json'])).out) as RateLimitDecision
   t.equal(constrained.remaining, 0, 'the constrained route\'s count')
+})
+
+test('a week period starting on Sunday in New York: peek reads the keys a live instance counts (weekStart and the zone are published)', async (t) => {
+  for (let i = 0; i < 2; i++) await from(two, '10.0.0.7', '/w')
+  const peek = await here(['peek', 'GET /w', '--ip', '10.0.0.7', '--json'])
+  t.equal(peek.code, 0, peek.err)
+  t.match(JSON.parse(peek.out) as RateLimitDecision, { allowed: true, limit: 5, remaining: 3 }, 'two of five used this week')
 })
 
 test('peek and reset refuse: no hashSecret (the picture says the app has one), a custom route, a caller the route cannot key', async (t) => {

@@ -9,6 +9,7 @@ import { TopCallers } from '../../lib/picture/counters.js'
 import { TestClock } from '../helpers/app.js'
 import { createClient, privateRedis } from '../helpers/redis.js'
 import { startCluster } from '../helpers/topologies.js'
+import { cliHere } from '../helpers/cli.js'
 
 /*
  * The fleet's picture (docs/console.md): instances on one private Redis,
@@ -76,7 +77,7 @@ test('three instances: fleet() merges their counts, their top callers by key has
 
   await c.app.close()
   t.equal((await a.app.rateLimit.fleet()).instances.length, 2, 'a closed instance withdrew its picture at once')
-  t.equal(await admin.exists('pic:{picture}:instances'), 1)
+  t.equal(await admin.exists('pic/console:{picture}:instances'), 1)
 })
 
 test('a dead instance drops out after three intervals by the store\'s clock; the last one out leaves no key behind', async (t) => {
@@ -96,10 +97,61 @@ test('a dead instance drops out after three intervals by the store\'s clock; the
   clock.advance(1)
   t.equal((await alive.app.rateLimit.fleet()).instances.length, 1, 'three intervals after its last picture, it is gone')
   await alive.publish()
-  t.same(await admin.call('ZRANGE', 'pic:{picture}:lapses', '0', '-1'), [alive.id], 'the next publish deleted its lapsed entry')
-  t.ok(await admin.pttl('pic:{picture}:instances') > 0 && await admin.pttl('pic:{picture}:instances') <= 6000, 'both keys expire three intervals after the last write')
+  t.same(await admin.call('ZRANGE', 'pic/console:{picture}:lapses', '0', '-1'), [alive.id], 'the next publish deleted its lapsed entry')
+  t.ok(await admin.pttl('pic/console:{picture}:instances') > 0 && await admin.pttl('pic/console:{picture}:instances') <= 6000, 'both keys expire three intervals after the last write')
   await alive.app.close()
-  t.equal(await admin.exists('pic:{picture}:instances', 'pic:{picture}:lapses'), 0, 'the last instance out withdrew: nothing left')
+  t.equal(await admin.exists('pic/console:{picture}:instances', 'pic/console:{picture}:lapses'), 0, 'the last instance out withdrew: nothing left')
+})
+
+test('the keys live until the last picture lapses: an instance with a short interval that stops takes no other picture with it', async (t) => {
+  const { server, admin } = await privateRedis(t)
+  const slow = await member(t, createClient(server), { picture: { interval: '60s' } })
+  const fast = await member(t, createClient(server), { picture: { interval: '1s' } })
+  await fast.publish()
+  const pttl = async (): Promise<number> => Math.min(await admin.pttl('pic/console:{picture}:instances'), await admin.pttl('pic/console:{picture}:lapses'))
+  t.ok(await pttl() > 170_000, `after the 1 s instance's publish, the keys still outlive the 60 s instance's picture (${await pttl()} ms)`)
+  await fast.app.close()
+  t.ok(await pttl() > 170_000, 'and after its withdrawal')
+  t.same((await slow.app.rateLimit.fleet()).instances.map((picture) => picture.intervalMs), [60_000])
+})
+
+test('two registrations in one app: a picture each, one app\'s declarations, no disagreement; the CLI rebuilds the routes of both', async (t) => {
+  const { server } = await privateRedis(t)
+  const redis = createClient(server)
+  const app = Fastify()
+  const publishes: Array<() => Promise<void>> = []
+  const scopes: FastifyInstance[] = []
+  for (const path of ['/left', '/right']) {
+    await app.register(async (scope) => {
+      scopes.push(scope)
+      await scope.register(rateLimit, { redis, prefix: 'two', [PICTURE_PUBLISH]: (now: () => Promise<void>) => { publishes.push(now) } } as RateLimitPluginOptions)
+      scope.get(path, { config: { rateLimit: { limit: 1, window: '1m' } } }, async () => 'ok')
+    })
+  }
+  await app.ready()
+  t.teardown(async () => { await app.close(); redis.disconnect() })
+  for (const publish of publishes) await publish()
+  await app.inject({ url: '/right', remoteAddress: '192.0.2.5' })
+  const view = await (scopes[0] as FastifyInstance).rateLimit.fleet()
+  t.equal(view.instances.length, 2, 'one picture per registration')
+  t.equal(new Set(view.instances.map((picture) => picture.app)).size, 1, 'of one app')
+  t.same(view.disagreements, [], 'its two registrations are one process: no route differs')
+  for (const route of ['GET /left', 'GET /right']) {
+    const run = await cliHere(['peek', route, '--ip', '192.0.2.5', '--json', '--prefix', 'two'], { REDIS_URL: server.url })
+    t.equal(run.code, 0, `${route}: ${run.err}`)
+  }
+})
+
+test('fleet() and auditTrail() end with FST_RRL_REDIS_TIMEOUT when Redis hangs (no client commandTimeout)', async (t) => {
+  const { server } = await privateRedis(t)
+  const m = await member(t, createClient(server), { timeout: 20 })
+  server.pause()
+  t.teardown(() => { server.resume() })
+  const started = Date.now()
+  await t.rejects(m.app.rateLimit.fleet(), { code: 'FST_RRL_REDIS_TIMEOUT' })
+  await t.rejects(m.app.rateLimit.auditTrail(), { code: 'FST_RRL_REDIS_TIMEOUT' })
+  t.ok(Date.now() - started < 5000, 'each within 30 timeouts, at least 1 s')
+  server.resume()
 })
 
 test('no store call on the request path: between publishes, requests send only their decisions', async (t) => {

@@ -94,10 +94,11 @@ export function uniquePrefix (label = 't'): string {
   return `${label}${randomBytes(4).toString('hex')}`
 }
 
-/** Deletes the keys under a test's own prefix (never a flush: the server is shared). */
+/** Deletes the keys under a test's own prefix, the console's (`<prefix>/console:`) too (never a flush: the server is shared). */
 export async function deletePrefix (redis: Redis, prefix: string): Promise<void> {
-  const keys = await redis.keys(`${prefix}:*`)
-  if (keys.length > 0) await redis.del(...keys)
+  const keys = [...await redis.keys(`${prefix}:*`), ...await redis.keys(`${prefix}/console:*`)]
+  // One DEL per key: on a Cluster the keys hash to different slots.
+  for (const key of keys) await redis.del(key)
 }
 
 /**

@@ -92,7 +92,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   types: [],
   runtime: ['util', 'errors', 'limits', 'kinds', 'store', 'keys', 'fleet', 'decide', 'reply', 'picture'],
   fastify: ['util', 'errors', 'diagnostics', 'keys', 'policy', 'request', 'api', 'options', 'runtime', 'picture'],
-  console: ['util', 'errors', 'limits', 'kinds', 'keys', 'policy', 'fastify'],
+  console: ['util', 'errors', 'limits', 'kinds', 'keys', 'policy', 'fastify', 'picture'],
   index: ['errors', 'diagnostics', 'store', 'keys', 'fastify', 'types']
 }
 /** Type-only imports a tier may make beyond its value imports (its contract's types). */

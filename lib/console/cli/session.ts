@@ -1,4 +1,5 @@
 import { CLI_DEFAULTS } from '../../limits.js'
+import { appPolicies } from '../../picture/fleet.js'
 import type { FleetView, InstancePicture } from '../../types/index.js'
 import { connect, oneLine, type Connection } from './connect.js'
 import { connectionOptions, ipv6Subnet, text, type Values } from './args.js'
@@ -102,14 +103,19 @@ export class Session {
    */
   async replica (needsSecret: boolean): Promise<Replica> {
     if (this.#replica !== undefined) return this.#replica
-    const picture = newest(await this.fleet())
+    const view = await this.fleet()
+    const picture = newest(view)
     if (picture === undefined) {
       throw new CliError(`no live instance publishes its picture under the prefix ${JSON.stringify(this.prefix)} (the plugin's picture option): the CLI rebuilds routes from the newest one`, EXIT.unhealthy)
     }
     const settings = await this.#settings()
     const secret = this.#secret(picture, needsSecret)
     if (secret !== undefined) settings.hashSecret = secret
-    this.#replica = await startReplica(settings, picture.policies)
+    // The app's own grouping of IPv6 callers, as its picture says (an older picture without it: --ipv6-subnet, or the default).
+    if (settings.ipv6Subnet === undefined && typeof picture.ipv6Subnet === 'number') settings.ipv6Subnet = picture.ipv6Subnet
+    // Every registration of the newest process: each publishes its own routes.
+    const policies = appPolicies(view.instances).find((process) => process.ids.includes(picture.id))?.policies ?? picture.policies
+    this.#replica = await startReplica(settings, policies)
     return this.#replica
   }
 

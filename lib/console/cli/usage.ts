@@ -59,7 +59,7 @@ export const IDENTITY_OPTIONS: readonly OptionSpec[] = [
   { name: 'body', value: 'FIELD=VALUE', multiple: true, help: 'a body field a `body:<field>` part reads' },
   { name: 'tier', value: 'TIER', help: 'the caller\'s tier, for blocks with tier maps (default: default)' },
   { name: 'hash-secret', value: 'SECRET', help: 'the app\'s hashSecret, when its picture says it has one (better: the RATE_LIMIT_HASH_SECRET environment variable, which no process list shows)' },
-  { name: 'ipv6-subnet', value: 'BITS', help: 'the app\'s ipv6Subnet, when it is not the default 64' }
+  { name: 'ipv6-subnet', value: 'BITS', help: 'the app\'s ipv6Subnet (default: what the newest instance\'s picture says)' }
 ]
 
 export const BAN_IDENTITY_OPTIONS: readonly OptionSpec[] = [
@@ -107,7 +107,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   {
     name: 'policies',
     summary: 'every instance\'s declared limits, and where instances disagree',
-    about: ['The newest instance\'s limits per route and block; a route whose limits differ between instances (a deploy in progress, or instances configured apart) is listed with each variant and its instances. A block the CLI cannot reconstruct exactly (a function-valued `by` part, constraints that do not survive JSON, a week period) is marked custom: `peek` and `reset` refuse it.'],
+    about: ['The newest instance\'s limits per route and block; a route whose limits differ between instances (a deploy in progress, or instances configured apart) is listed with each variant and its instances. A block the CLI cannot reconstruct exactly (a function-valued `by` part, constraints that do not survive JSON) is marked custom: `peek` and `reset` refuse it.'],
     options: [],
     json: true
   },

@@ -5,6 +5,7 @@ import { LONG_HOLD_MS } from '../../limits.js'
 import { memoryAlgorithms } from '../window/memory/algorithms.js'
 import { rateTerms, unitsBy } from '../window/kind.js'
 import { periodAt, type PeriodBoundaries } from './calendar.js'
+import type { RateLimitWeekday } from '../../types/index.js'
 
 /*
  * Calendar periods: a fixed-window count over the day, week, month or year
@@ -58,5 +59,6 @@ export const periodKind: BlockKind = {
     Object.defineProperty(row, 'windowMs', { get: () => period.lengthMs(), enumerable: true })
     row.period = period.spec.unit
     row.timeZone = period.spec.timeZone
+    if (period.spec.unit === 'week') row.weekStart = period.spec.weekStart as RateLimitWeekday
   }
 }

@@ -16,19 +16,28 @@ const NOW = "local now = tonumber(ARGV[1]) if now == nil then local t = redis.ca
 /** Lapsed pictures dropped per write, at most: a write stays short however many instances died at once. */
 const SWEEP = 64
 
+/**
+ * Both keys live until the last picture in them lapses: set from the latest
+ * lapse time after every change, so an instance with a short interval that
+ * stops (or closes) never takes the pictures of instances with longer ones with it.
+ */
+const EXPIRE = "local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES') " +
+  "if last[2] then local ms = math.max(1, tonumber(last[2]) - now) redis.call('PEXPIRE', KEYS[1], ms) redis.call('PEXPIRE', KEYS[2], ms) end "
+
 /** KEYS: pictures, lapses. ARGV: now, id, json, ttl ms. Writes one picture, drops lapsed ones, returns the time. */
 const PUBLISH = NOW +
   "local ttl = tonumber(ARGV[4]) redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) redis.call('ZADD', KEYS[2], now + ttl, ARGV[2]) " +
   `local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, ${SWEEP}) ` +
   "for _, id in ipairs(lapsed) do redis.call('HDEL', KEYS[1], id) redis.call('ZREM', KEYS[2], id) end " +
-  "redis.call('PEXPIRE', KEYS[1], ttl) redis.call('PEXPIRE', KEYS[2], ttl) return now"
+  EXPIRE + 'return now'
 
 /** KEYS: pictures, lapses. ARGV: now. The time, then id and JSON of every picture whose lapse time is still ahead. */
 const READ = NOW +
   "local out = { now } local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf') " +
   "for _, id in ipairs(live) do local json = redis.call('HGET', KEYS[1], id) if json then out[#out + 1] = id out[#out + 1] = json end end return out"
 
-const WITHDRAW = "redis.call('HDEL', KEYS[1], ARGV[1]) return redis.call('ZREM', KEYS[2], ARGV[1])"
+/** KEYS: pictures, lapses. ARGV: now, id. */
+const WITHDRAW = NOW + "redis.call('HDEL', KEYS[1], ARGV[2]) redis.call('ZREM', KEYS[2], ARGV[2]) " + EXPIRE + 'return 1'
 
 export class RedisBoard implements PictureBoard {
   readonly #client: ClientPort
@@ -50,7 +59,7 @@ export class RedisBoard implements PictureBoard {
   }
 
   async withdraw (id: string): Promise<void> {
-    await this.#client.eval(WITHDRAW, this.#keys, [id])
+    await this.#client.eval(WITHDRAW, this.#keys, [this.#now(), id])
   }
 
   async read (): Promise<{ pictures: Map<string, string>, at: number }> {

@@ -3,7 +3,7 @@ import { evaluate, peek, type DecisionInput, type Runtime } from '../decide/eval
 import { holdSlots, newSlotId } from '../kinds/concurrency/decide.js'
 import { waitForSlot } from '../kinds/concurrency/slot-wait.js'
 import { tableCells } from '../kinds/index.js'
-import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE, FST_RRL_REDIS_TIMEOUT } from '../errors.js'
+import { FST_RRL_INVALID_API_CALL, FST_RRL_LIMITER_UNAVAILABLE } from '../errors.js'
 import { constraintText, routeLabel } from '../keys/constraints.js'
 import { changeUsage } from '../decide/given-back.js'
 import { scheduled, scheduleSignal } from './schedule.js'
@@ -15,7 +15,6 @@ import type { Overrides } from '../fleet/overrides.js'
 import { blocksForTier, type CompiledPolicy } from '../policy/policy.js'
 import type { PolicyRegistry } from './registry.js'
 import type {
-  AuditEntry,
   PolicySummary,
   RateLimitApi,
   RateLimitIdentity,
@@ -25,11 +24,10 @@ import type {
   RateLimitTarget
 } from '../types/index.js'
 import { isCost } from '../policy/rules.js'
-import { MAX_AUDIT_READ, MAX_COST } from '../limits.js'
+import { MAX_COST } from '../limits.js'
 import { isCount, shown } from '../util/validate.js'
 import type { Adjustment, AuditTrail, PictureBoard } from '../store/port.js'
-import { readFleet } from '../picture/fleet.js'
-import { audited, parseJson } from '../fleet/records.js'
+import { auditReset, fleetApi } from './fleet-api.js'
 import { item } from '../util/item.js'
 
 /*
@@ -210,6 +208,17 @@ function changeInput (change: unknown, method: string): { actor: string, reason:
   return { actor: changeText(input.actor, 'actor', method), reason: changeText(input.reason, 'reason', method) }
 }
 
+/** Deletes the caller's state on the policy's own blocks; with `change`, logged and audited. */
+async function resetCaller (policy: CompiledPolicy, identity: RateLimitIdentity, change: unknown, to: { runtime: Runtime, log: FastifyBaseLogger, audit: AuditTrail }): Promise<void> {
+  const who = change === undefined ? undefined : changeInput(change, 'reset')
+  const keys = await apiKeys(policy, identityInput(identity, 'reset'))
+  // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
+  const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => policy.blocks[i]?.global !== true)
+  for (const key of own) to.runtime.denyCache?.delete(key)
+  await to.runtime.store.reset(own)
+  if (who !== undefined) await auditReset(policy.route, identity, who, to)
+}
+
 export function createApi (
   registry: PolicyRegistry,
   runtime: Runtime,
@@ -217,13 +226,7 @@ export function createApi (
   summaries: () => PolicySummary[],
   records: { overrides: Overrides, bans: Bans, audit: AuditTrail, board: PictureBoard, timeout: number }
 ): RateLimitApi {
-  const { overrides, bans, audit, board } = records
-  // What an operator's page or tool waits on is bounded as close-time calls are (30 timeouts, at least 1 s): a hung Redis without a client commandTimeout answers with an error.
-  const waitMs = Math.max(1000, 30 * records.timeout)
-  const bounded = async <T>(work: Promise<T>): Promise<T> => await new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => { reject(new FST_RRL_REDIS_TIMEOUT(waitMs)) }, waitMs)
-    work.then((value) => { clearTimeout(timer); resolve(value) }, (error: Error) => { clearTimeout(timer); reject(error) })
-  })
+  const { overrides, bans, audit } = records
   return {
     policies: () => withBans(withOverrides(summaries(), registry, overrides), registry, bans),
     stats: () => ({ ...runtime.stats, held: runtime.holds.size, waiting: runtime.waiters.size }),
@@ -232,35 +235,7 @@ export function createApi (
       return await peek(await apiInput(policy, identityInput(identity, 'peek'), apiCost(cost, 'peek'), overrides), runtime)
     },
     async reset (target, identity, change) {
-      const policy = registry.find(target, 'reset')
-      const who = change === undefined ? undefined : changeInput(change, 'reset')
-      const keys = await apiKeys(policy, identityInput(identity, 'reset'))
-      // A route's reset leaves the identity's global blocks alone (name a global block to reset it).
-      const own = policy.blocks.every((block) => block.global) ? keys : keys.filter((_, i) => policy.blocks[i]?.global !== true)
-      for (const key of own) runtime.denyCache?.delete(key)
-      await runtime.store.reset(own)
-      if (who !== undefined) {
-        // The identity is named by its kinds and the key's hash-tagged form only: no user id or API key is logged.
-        const shownCaller = shownIdentity(identity)
-        const entry = { at: new Date().toISOString(), change: 'reset' as const, noun: 'usage', id: policy.route, ...who, record: { identity: shownCaller } }
-        log.info({ usage: { route: policy.route, identity: shownCaller }, change: 'reset', actor: who.actor, reason: who.reason }, 'rate limit usage reset')
-        await audited(audit, log, entry)
-      }
-    },
-    async fleet () {
-      return await bounded(readFleet(board))
-    },
-    async auditTrail (count) {
-      const wanted = count ?? 50
-      if (typeof wanted !== 'number' || !Number.isInteger(wanted) || wanted < 1 || wanted > MAX_AUDIT_READ) {
-        throw new FST_RRL_INVALID_API_CALL('auditTrail', `count must be an integer from 1 to ${MAX_AUDIT_READ} (got ${shown(wanted)})`)
-      }
-      const out: AuditEntry[] = []
-      for (const json of await bounded(audit.recent(wanted))) {
-        const entry = parseJson(json)
-        if (entry !== undefined) out.push(entry as unknown as AuditEntry)
-      }
-      return out
+      await resetCaller(registry.find(target, 'reset'), identity, change, { runtime, log, audit })
     },
     async adjust (target, identity, units) {
       const policy = registry.find(target, 'adjust')
@@ -295,7 +270,8 @@ export function createApi (
       const input = (change ?? {}) as { actor?: unknown, reason?: unknown }
       return await overrides.clear(id, changeText(input.actor, 'actor', 'clearOverride'), changeText(input.reason, 'reason', 'clearOverride'))
     },
-    ...banApi(registry, bans)
+    ...banApi(registry, bans),
+    ...fleetApi(records)
   }
 }
 

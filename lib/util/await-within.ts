@@ -32,3 +32,17 @@ export function awaitWithin (value: PromiseLike<unknown>, ms: number, what: stri
     )
   })
 }
+
+/**
+ * Awaits a promise for at most `ms`: its value, its rejection, or `late()`'s
+ * error once `ms` have passed (the timer is cleared either way).
+ */
+export function settleWithin<T> (work: PromiseLike<T>, ms: number, late: () => Error): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => { reject(late()) }, ms)
+    Promise.resolve(work).then(
+      (value) => { clearTimeout(timer); resolve(value) },
+      (error: Error) => { clearTimeout(timer); reject(error) }
+    )
+  })
+}

@@ -1,4 +1,5 @@
 import { CliError, EXIT } from './exit.js'
+import { settleWithin } from '../../util/await-within.js'
 
 /*
  * The CLI's Redis connection, through whichever supported client the
@@ -85,13 +86,7 @@ function nodeClient (module: Loaded, target: Target, timeoutMs: number): NodeCli
 
 /** Rejects after `ms` with what was being waited for. */
 async function within<T> (work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_resolve, reject) => { timer = setTimeout(() => { reject(new Error(`no answer within ${ms} ms from ${what}`)) }, ms) })
-  try {
-    return await Promise.race([work, late])
-  } finally {
-    clearTimeout(timer)
-  }
+  return await settleWithin(work, ms, () => new Error(`no answer within ${ms} ms from ${what}`))
 }
 
 /** Where the target is, for messages. */

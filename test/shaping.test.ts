@@ -208,7 +208,7 @@ test('maxDelayed counts decisions in flight: 60 requests at once (inject, HTTP) 
     const burst = burstAtBound(app, send)
     // Read Redis as soon as the 60 are decided (its key expires by the real clock): one turn reserved per held request.
     await waitUntil(() => app.rateLimit.stats().delayed + app.rateLimit.stats().limited >= 60)
-    const keys = await f.inspector.keys(`${f.prefix}*`)
+    const keys = await f.inspector.keys(`${f.prefix}:*`)
     const states = (await Promise.all(keys.map(async (key) => await readState(f.inspector, key)))).filter((state) => state?.length === 2)
     const result = await burst
     t.comment(`${transport}: ${result.answers.filter((a) => a.status === 200).length} held, ${app.rateLimit.stats().undelayed} undelayed`)

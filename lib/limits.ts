@@ -224,3 +224,5 @@ export const MAX_CONSOLE_VALUE_LENGTH = 16_384
 export const MAX_CONSOLE_BODY_BYTES = 131_072
 /** `audit` at most: entries one page read asks the audit trail for (auditTrail's own bound). */
 export const MAX_AUDIT_READ = 1000
+/** How long a console request waits on the store before answering 503 (a hung Redis without a client commandTimeout): an operator retries rather than waits. */
+export const CONSOLE_STORE_WAIT_MS = 5000

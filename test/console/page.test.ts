@@ -4,6 +4,8 @@ import Fastify, { type FastifyInstance, type InjectOptions } from 'fastify'
 import { Redis } from 'ioredis'
 import rateLimit from '../../lib/index.js'
 import consolePage, { type ConsolePageOptions } from '../../lib/console/page/index.js'
+import { CONSOLE_STORE_WAIT_MS } from '../../lib/limits.js'
+import { createClient, privateRedis } from '../helpers/redis.js'
 
 /*
  * The console page plugin (docs/console.md, "The console page") through
@@ -308,4 +310,75 @@ test('a store that does not answer: the page still reads (its problems named), a
   const broken = await post(app, 'bans', { identity: { user: 'm' }, ttl: 60_000, reason: 'r' }, { ...headers, 'x-operator': 'broken' })
   t.same(broken, { status: 500, body: { statusCode: 500, code: 'FST_RRL_CONSOLE_FAILED', error: 'Internal Server Error', message: 'The console call failed; see the server log' } }, 'an actor that throws: a 500 that says nothing more')
   t.ok(logs.some((line) => line.level === 50 && line.msg === 'rate limit console: a call failed'), 'and the error is logged')
+})
+
+test('review fixes: no CORS header on any console answer; JSON only (415); a refused caller gets 403 before its body is read; the redirect stays on the site', async (t) => {
+  const logs: Logged[] = []
+  const app = Fastify({ logger: { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as Logged) } } }, routerOptions: { ignoreDuplicateSlashes: true } })
+  t.teardown(async () => await app.close())
+  const { default: cors } = await import('@fastify/cors')
+  await app.register(cors, { origin: true, credentials: true })
+  await app.register(rateLimit, { store: 'memory' })
+  await app.register(consolePage, { prefix: PREFIX, authorize: (request) => request.headers['x-ops'] === 'yes' })
+  await app.ready()
+  const evil = { origin: 'http://evil.test' }
+  for (const url of [`${PREFIX}/`, `${PREFIX}/api/session`, `${PREFIX}/api/state`]) {
+    const res = await app.inject({ url, headers: { ...OPS, ...evil } })
+    t.equal(res.statusCode, 200, url)
+    t.same(Object.keys(res.headers).filter((name) => name.startsWith('access-control-')), [], `${url}: no CORS header for another site`)
+  }
+  const headers = await session(app)
+  const plain = await app.inject({ method: 'POST', url: `${PREFIX}/api/bans`, headers: { ...headers, 'content-type': 'text/plain' }, payload: '{}' })
+  t.equal(plain.statusCode, 415, 'text/plain is not parsed')
+  for (const [type, payload] of [['application/json', ''], ['application/json', '{'], ['application/x-www-form-urlencoded', 'a=1'], ['application/json', JSON.stringify({ reason: 'x'.repeat(140_000) })]] as const) {
+    const res = await app.inject({ method: 'POST', url: `${PREFIX}/api/bans`, headers: { 'content-type': type }, payload })
+    t.equal(res.statusCode, 403, `refused caller, ${type} ${payload.length} bytes: 403 before the body is read`)
+    t.equal((res.json() as { code: string }).code, 'FST_RRL_CONSOLE_FORBIDDEN')
+  }
+  const redirect = await app.inject({ url: `/${PREFIX}`, headers: OPS })
+  t.equal(redirect.statusCode, 302)
+  t.equal(redirect.headers.location, `${PREFIX}/`, 'to the page\'s own path, never //host')
+})
+
+test('review fixes: a prefix with a trailing slash or a space: one cookie path the browser sends back, and changes work; a prefix with ";" is refused', async (t) => {
+  for (const [prefix, path] of [['/ops/limits/', '/ops/limits/'], ['/a b', '/a%20b/']] as const) {
+    const app = Fastify()
+    t.teardown(async () => await app.close())
+    await app.register(rateLimit, { store: 'memory' })
+    app.get('/x', { config: { rateLimit: { limit: 2, window: '1m' } } }, async () => 'ok')
+    await app.register(consolePage, { prefix, authorize: () => true })
+    await app.ready()
+    const res = await app.inject({ url: `${path}api/session` })
+    t.match(res.headers['set-cookie'], `Path=${path};`, `${JSON.stringify(prefix)}: the cookie's Path is the page's`)
+    const token = (res.json() as { token: string }).token
+    const ban = await app.inject({ method: 'POST', url: `${path}api/bans`, headers: { cookie: `rrl-console-token=${token}`, 'x-console-token': token }, payload: { identity: { ip: '192.0.2.1' }, ttl: 60_000, reason: 'r' } })
+    t.equal(ban.statusCode, 200, `${JSON.stringify(prefix)}: a change works`)
+  }
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(rateLimit, { store: 'memory' })
+  await t.rejects(async () => { await app.register(consolePage, { prefix: '/x;y', authorize: () => true }) }, { code: 'FST_RRL_INVALID_OPTION', message: /may not hold ';'/ })
+})
+
+test('review fixes: a hung Redis answers a change and a read within CONSOLE_STORE_WAIT_MS (503, the read names the parts), never a request left hanging', async (t) => {
+  const { server } = await privateRedis(t)
+  const redis = createClient(server)
+  const app = Fastify()
+  t.teardown(async () => { server.resume(); await app.close(); redis.disconnect() })
+  await app.register(rateLimit, { redis, prefix: 'hung' })
+  await app.register(consolePage, { prefix: PREFIX, authorize: () => true })
+  await app.ready()
+  const headers = await session(app, {})
+  server.pause()
+  const started = Date.now()
+  const [ban, state] = await Promise.all([
+    post(app, 'bans', { identity: { ip: '192.0.2.9' }, ttl: 60_000, reason: 'r' }, headers),
+    app.inject({ url: `${PREFIX}/api/state` })
+  ])
+  const took = Date.now() - started
+  t.equal(ban.status, 503)
+  t.equal(ban.body.code, 'FST_RRL_REDIS_UNAVAILABLE')
+  t.equal(state.statusCode, 200)
+  t.ok((state.json() as { problems: string[] }).problems.length >= 3, 'the read names each part that did not answer')
+  t.ok(took >= CONSOLE_STORE_WAIT_MS - 100 && took < CONSOLE_STORE_WAIT_MS + 3000, `answered after ${took} ms`)
 })

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin'
-import { FST_RRL_CONSOLE_NO_RATE_LIMIT, FST_RRL_CONSOLE_PUBLIC } from '../../errors.js'
+import { FST_RRL_CONSOLE_NO_RATE_LIMIT, FST_RRL_CONSOLE_PUBLIC, FST_RRL_INVALID_OPTION } from '../../errors.js'
 import type { RateLimitApi } from '../../types/index.js'
 import { resolveConsole, type ConsolePageOptions } from './options.js'
 import { consoleErrors, consoleRoutes, limitedRoute } from './routes.js'
@@ -40,7 +40,9 @@ const consolePage: FastifyPluginAsync<ConsolePageOptions> = async (fastify: Fast
   const options = resolveConsole(opts)
   const api = (fastify as unknown as Record<string, unknown>)[options.configKey]
   if (!isApi(api)) throw new FST_RRL_CONSOLE_NO_RATE_LIMIT(options.configKey)
-  const base = fastify.prefix === '' ? '/' : `${fastify.prefix}/`
+  // The page's path: the prefix once, with one trailing slash, percent-encoded as browsers send it (the cookie's Path).
+  if (/[;,]/.test(fastify.prefix)) throw new FST_RRL_INVALID_OPTION('console prefix', `may not hold ';' or ',' (its token cookie's Path could not name it; got ${JSON.stringify(fastify.prefix)})`)
+  const base = encodeURI(fastify.prefix.replace(/\/+$/, '') + '/')
   if (options.authorize === undefined) {
     const warning = new FST_RRL_CONSOLE_PUBLIC(base)
     fastify.log.warn({ code: warning.code }, warning.message)
@@ -52,16 +54,22 @@ const consolePage: FastifyPluginAsync<ConsolePageOptions> = async (fastify: Fast
   const own = new Set<string>()
   fastify.addHook('onRoute', (route) => { own.add(route.url) })
   fastify.setErrorHandler(consoleErrors)
-  fastify.addHook('preValidation', guard(options.authorize))
+  // Before the body is read: a caller `authorize` refuses learns nothing of what the API parses.
+  fastify.addHook('preParsing', guard(options.authorize))
+  // JSON only: another site's form (text/plain, urlencoded) is a 415 before any check.
+  fastify.removeContentTypeParser('text/plain')
   fastify.addHook('onSend', async (_request, reply) => {
     for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.header(name, value)
+    // Same-origin only, whatever CORS the app registered: no other site may read an answer.
+    for (const name of Object.keys(reply.getHeaders())) if (name.startsWith('access-control-')) reply.removeHeader(name)
   })
   const limited = limitedRoute(options)
 
   // The page at `<prefix>/`: its relative links need the trailing slash, so `<prefix>` redirects there.
   fastify.get('/', limited, async (request, reply) => {
     const path = request.url.split('?')[0] as string
-    if (!path.endsWith('/')) return await reply.redirect(`${path}/`)
+    // To the page's own path, never one built from the request (`//host/…` would leave the site).
+    if (!path.endsWith('/')) return await reply.redirect(base)
     return await reply.type('text/html; charset=utf-8').send(page)
   })
   for (const [name, type] of Object.entries(ASSETS)) {

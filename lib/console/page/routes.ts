@@ -2,9 +2,10 @@ import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { FST_RRL_REDIS_UNAVAILABLE } from '../../errors.js'
 import { constraintText, routeLabel } from '../../keys/constraints.js'
-import { MAX_CHANGE_TEXT_LENGTH, MAX_CONSOLE_BODY_BYTES, MAX_CONSOLE_TTL_MS, MAX_CONSOLE_VALUE_LENGTH, MAX_LIMIT } from '../../limits.js'
+import { CONSOLE_STORE_WAIT_MS, MAX_CHANGE_TEXT_LENGTH, MAX_CONSOLE_BODY_BYTES, MAX_CONSOLE_TTL_MS, MAX_CONSOLE_VALUE_LENGTH, MAX_LIMIT } from '../../limits.js'
 import type { RateLimitApi, RateLimitBanInput, RateLimitIdentity, RateLimitOverrideInput } from '../../types/index.js'
 import type { ResolvedConsole } from './options.js'
+import { settleWithin } from '../../util/await-within.js'
 import { cookieToken, newToken, tokenCookie } from './security.js'
 
 /*
@@ -65,10 +66,10 @@ const LIFT_BODY = {
   properties: { id: value, reason }
 }
 
-/** An API call that reaches the store: a failure that is not one of the plugin's coded errors is the store's (503, with the client's message). */
+/** An API call that reaches the store: a failure that is not one of the plugin's coded errors is the store's (503, with the client's message); a store that does not answer within CONSOLE_STORE_WAIT_MS is one too. */
 async function stored<T> (call: () => Promise<T>): Promise<T> {
   try {
-    return await call()
+    return await settleWithin(call(), CONSOLE_STORE_WAIT_MS, () => new FST_RRL_REDIS_UNAVAILABLE(`no answer within ${CONSOLE_STORE_WAIT_MS} ms`))
   } catch (error) {
     const code = (error as FastifyError).code
     if (typeof code === 'string' && code.startsWith('FST_RRL_')) throw error
@@ -110,7 +111,7 @@ function targets (api: RateLimitApi, own: ReadonlySet<string>): string[] {
 /** Settles every part of a page read: a failed one is named in `problems`, the others still show. */
 async function part<T> (name: string, read: () => Promise<T>, problems: string[]): Promise<T | null> {
   try {
-    return await read()
+    return await stored(read)
   } catch (error) {
     problems.push(`${name}: ${(error as Error).message}`)
     return null

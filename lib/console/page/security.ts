@@ -7,8 +7,8 @@ import { FST_RRL_CONSOLE_BAD_TOKEN, FST_RRL_CONSOLE_FORBIDDEN } from '../../erro
  * passes `authorize` (after the rate limit's decision, before validation or
  * any handler); a change is a POST that carries the page's token in a header
  * equal to its SameSite=Strict, HttpOnly cookie (a double submit: another
- * site can neither read the token nor send the header without a CORS
- * preflight, which the console never answers) and, where the browser says
+ * site can neither read the token nor send the header: the console's
+ * answers carry no CORS header, whatever the app registered) and, where the browser says
  * where it comes from (Sec-Fetch-Site, Origin), comes from the console's
  * own origin. No session is kept: any instance of the fleet checks any
  * page's token.
@@ -62,11 +62,12 @@ export function changeRefusal (request: FastifyRequest): string | undefined {
 }
 
 /**
- * The preValidation guard of every console route: `authorize` first (a throw
- * or anything but `true` is a refusal), then, for a POST, the token.
+ * The preParsing guard of every console route (after the rate limit's
+ * decision, before the body is read): `authorize` first (a throw or anything
+ * but `true` is a refusal), then, for a POST, the token.
  */
 export function guard (authorize: ((request: FastifyRequest) => boolean | Promise<boolean>) | undefined) {
-  return async function consoleGuard (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  return async function consoleGuard (request: FastifyRequest, _reply: FastifyReply, _payload: unknown): Promise<void> {
     if (authorize !== undefined) {
       let allowed: unknown
       try {

@@ -10,7 +10,7 @@
 'use strict'
 
 const SVG = 'http://www.w3.org/2000/svg'
-const page = { token: '', refreshMs: 1000, timer: undefined }
+const page = { token: '', refreshMs: 1000, timer: undefined, reading: false, again: false }
 
 /** Control characters and bidirectional marks, shown as `\u{…}` so that a hostile value cannot hide or reorder text. */
 const INVISIBLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g // eslint-disable-line no-control-regex
@@ -188,7 +188,14 @@ function renderAudit (audit) {
     cell(value(a.at)), cell(value(`${a.change} ${a.noun}`)), cell(value(a.id)), cell(value(a.actor, true)), cell(value(a.reason, true)))), 5, 'no change yet')
 }
 
+/** One read loop: a change asks for a read now; a read already under way is followed by one more, never by a second loop. */
 async function refresh () {
+  if (page.reading) {
+    page.again = true
+    return
+  }
+  page.reading = true
+  clearTimeout(page.timer)
   const status = document.getElementById('status')
   try {
     const state = await call('GET', 'api/state')
@@ -202,6 +209,12 @@ async function refresh () {
   } catch (error) {
     status.textContent = visible(`not updated: ${error.message}`)
     status.className = 'status error'
+  }
+  page.reading = false
+  if (page.again) {
+    page.again = false
+    await refresh()
+    return
   }
   page.timer = setTimeout(refresh, page.refreshMs)
 }
@@ -224,7 +237,6 @@ async function lift (path, reasonId, id) {
   } catch (error) {
     notice(error.message, true)
   }
-  clearTimeout(page.timer)
   await refresh()
 }
 
@@ -242,7 +254,6 @@ function changeForm (id, path, body, done) {
     } catch (error) {
       notice(error.message, true)
     }
-    clearTimeout(page.timer)
     await refresh()
   })
 }
@@ -267,13 +278,17 @@ async function start () {
     statusCode: Number(f.statusCode),
     reason: f.reason
   }), (ban) => `Banned: ${ban.id}`)
-  changeForm('override-form', 'overrides', (f) => ({
-    target: f.target.trim(),
-    identity: f.kind === '' ? undefined : { [f.kind]: f.value },
-    limit: Number(f.limit),
-    ttl: ttlOf(f.ttl),
-    reason: f.reason
-  }), (override) => `Override set: ${override.id}`)
+  changeForm('override-form', 'overrides', (f) => {
+    // A value typed with "every caller" (or none with a caller kind) is a form the operator did not mean: say so, change nothing.
+    if ((f.kind === '') !== (f.value.trim() === '')) throw new Error(f.kind === '' ? 'A value was typed but the caller is "every caller": choose the caller kind, or clear the value.' : 'Type the caller\'s value, or choose "every caller".')
+    return {
+      target: f.target.trim(),
+      identity: f.kind === '' ? undefined : { [f.kind]: f.value },
+      limit: Number(f.limit),
+      ttl: ttlOf(f.ttl),
+      reason: f.reason
+    }
+  }, (override) => `Override set for ${override.identity === undefined || override.identity === null ? 'every caller' : visible(callerText(override.identity))}: ${override.id}`)
   changeForm('reset-form', 'reset', (f) => ({ target: f.target.trim(), identity: { [f.kind]: f.value }, reason: f.reason }), () => 'Usage reset')
   await refresh()
 }

@@ -158,6 +158,22 @@ test('the console in chromium: a refusal shows, a ban on the page refuses the ca
     return rows.some((row) => row.includes('set ban') && row.includes('op:alice') && row.includes('INC-7 scraping orders')) &&
       rows.some((row) => row.includes('clear ban') && row.includes('op:alice') && row.includes('INC-7 resolved'))
   })
+  // An override with a value typed but "every caller" left selected is refused on the page, not set for everyone.
+  const overrides = await (fleet.apps[0] as FastifyInstance).rateLimit.listOverrides()
+  const overrideForm = page.locator('#override-form')
+  await overrideForm.locator('[name=target]').fill('GET /orders/:id')
+  await overrideForm.locator('[name=value]').fill('just-bob')
+  await overrideForm.locator('[name=limit]').fill('1000')
+  await overrideForm.locator('[name=reason]').fill('raise for bob')
+  await overrideForm.locator('button[type=submit]').click()
+  await within(t, 'the page says the form names no caller kind', 2000, async () => /every caller/.test(await page.locator('#notice').textContent() ?? ''))
+  t.same(await (fleet.apps[0] as FastifyInstance).rateLimit.listOverrides(), overrides, 'and no override was set')
+  // One read loop whatever the changes: reads of the state over 3 s at a 1 s refresh.
+  let reads = 0
+  page.on('request', (request) => { if (request.url().endsWith('/api/state')) reads++ })
+  for (let i = 0; i < 3; i++) await overrideForm.locator('button[type=submit]').click()
+  await page.waitForTimeout(3000)
+  t.ok(reads <= 3 + 3 + 1, `one loop: ${reads} reads in 3 s after 3 changes (refresh 1 s)`)
   t.same(seen, { dialogs: [], errors: [] }, 'no dialog, no script error')
 })
 

@@ -29,10 +29,15 @@ interface IoSubscriberLike {
 
 const ignore = (): void => {}
 
-/** ioredis and iovalkey (Redis or Cluster): `duplicate()`; it subscribes again on each ready (its autoResubscribe may be off). */
-export function ioSubscribe (client: { duplicate?: () => unknown }, { channel, onMessage, onReady }: Subscription): Unsubscribe | undefined {
+/**
+ * ioredis and iovalkey (Redis or Cluster): `duplicate()`; it subscribes again
+ * on each ready. A standalone duplicate turns the client's own
+ * autoResubscribe off: that one's promise is nobody's, and a close racing a
+ * reconnect rejected it unhandled (chaos seed 606917315).
+ */
+export function ioSubscribe (client: { duplicate?: (options?: object) => unknown, isCluster?: boolean }, { channel, onMessage, onReady }: Subscription): Unsubscribe | undefined {
   if (typeof client.duplicate !== 'function') return undefined
-  const subscriber = client.duplicate() as IoSubscriberLike
+  const subscriber = (client.isCluster === true ? client.duplicate() : client.duplicate({ autoResubscribe: false })) as IoSubscriberLike
   subscriber.on('error', ignore)
   subscriber.on('message', (name, message) => { if (name === channel) onMessage(String(message)) })
   subscriber.on('ready', () => { subscriber.subscribe(channel).then(onReady, ignore) })
